@@ -1,0 +1,217 @@
+package api
+
+import "encoding/json"
+
+// Version is the protocol and release version reported by /v1/health.
+const Version = "0.1.0"
+
+// DefaultSocket is where sluiced listens unless --socket says otherwise.
+const DefaultSocket = "/run/sluice/sluice.sock"
+
+// Verdicts.
+const (
+	VerdictAllow   = "allow"
+	VerdictDeny    = "deny"
+	VerdictPending = "pending"
+)
+
+// Reason codes are stable strings: tooling keys statistics and replay on
+// them, so they are never reworded.
+const (
+	ReasonAllowed             = "allowed"
+	ReasonUnknownTool         = "unknown_tool"
+	ReasonPrincipalNotAllowed = "principal_not_allowed"
+	ReasonInvalidArgs         = "invalid_args"
+	ReasonInvalidPath         = "invalid_path"
+	ReasonOutsideRoots        = "outside_roots"
+	ReasonNeverListed         = "never_listed"
+	ReasonNotFound            = "not_found"
+	ReasonNotAFile            = "not_a_file"
+	ReasonNotADirectory       = "not_a_directory"
+	ReasonUnsupportedFileType = "unsupported_file_type"
+	ReasonCommandNotAllowed   = "command_not_allowed"
+	ReasonApprovalRequired    = "approval_required"
+	ReasonApprovalDenied      = "approval_denied"
+	ReasonApprovalExpired     = "approval_expired"
+	ReasonTaskCancelled       = "task_cancelled"
+	ReasonPreconditionFailed  = "precondition_failed"
+	ReasonAuditUnavailable    = "audit_unavailable"
+	ReasonTimeout             = "timeout"
+	ReasonLimitExceeded       = "limit_exceeded"
+	ReasonInternalError       = "internal_error"
+	// ReasonUnavailable is what an opaque manifest (deny_detail "opaque")
+	// shows a denied caller instead of the real reason.
+	ReasonUnavailable = "unavailable"
+)
+
+// Reasons lists every stable reason code, for documentation and tests.
+var Reasons = []string{
+	ReasonAllowed, ReasonUnknownTool, ReasonPrincipalNotAllowed, ReasonInvalidArgs,
+	ReasonInvalidPath, ReasonOutsideRoots, ReasonNeverListed, ReasonNotFound,
+	ReasonNotAFile, ReasonNotADirectory, ReasonUnsupportedFileType,
+	ReasonCommandNotAllowed, ReasonApprovalRequired, ReasonApprovalDenied,
+	ReasonApprovalExpired, ReasonTaskCancelled, ReasonPreconditionFailed,
+	ReasonAuditUnavailable, ReasonTimeout, ReasonLimitExceeded, ReasonInternalError,
+}
+
+// Operations a tool may perform.
+const (
+	OpRead    = "read"
+	OpList    = "list"
+	OpWrite   = "write"
+	OpExecute = "execute"
+)
+
+// CallRequest is the body of POST /v1/calls. Args is kept raw: its schema
+// depends on the tool's operation and is decoded strictly by the daemon.
+type CallRequest struct {
+	Tool   string          `json:"tool"`
+	Args   json.RawMessage `json:"args,omitempty"`
+	Task   string          `json:"task,omitempty"`
+	Stream bool            `json:"stream,omitempty"`
+}
+
+// PathArgs are the args of read and list tools.
+type PathArgs struct {
+	Path *string `json:"path"`
+}
+
+// WriteArgs are the args of write tools.
+type WriteArgs struct {
+	Path       *string `json:"path"`
+	Content    *string `json:"content,omitempty"`
+	ContentB64 *string `json:"content_b64,omitempty"`
+	IfMatch    string  `json:"if_match,omitempty"`
+}
+
+// ExecArgs are the args of execute tools.
+type ExecArgs struct {
+	Argv []string `json:"argv,omitempty"`
+}
+
+// CallResult is the response to a decided call, allowed or denied. Output is
+// untrusted data: it is whatever the file or command produced.
+type CallResult struct {
+	CallID        string  `json:"call_id"`
+	Verdict       string  `json:"verdict"`
+	Reason        string  `json:"reason"`
+	OK            bool    `json:"ok"`
+	Output        *string `json:"output,omitempty"`
+	OutputB64     string  `json:"output_b64,omitempty"`
+	Stderr        string  `json:"stderr,omitempty"`
+	Truncated     bool    `json:"truncated"`
+	Bytes         int64   `json:"bytes"`
+	ExitCode      *int    `json:"exit_code,omitempty"`
+	Resource      string  `json:"resource,omitempty"`
+	PolicyVersion string  `json:"policy_version,omitempty"`
+	DurationMS    float64 `json:"duration_ms"`
+	ApprovalID    string  `json:"approval_id,omitempty"`
+}
+
+// OpaqueDenial is what a caller sees of a denial under deny_detail "opaque".
+type OpaqueDenial struct {
+	CallID  string `json:"call_id"`
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason"`
+}
+
+// Entry is one line of a list tool's output.
+type Entry struct {
+	Name string `json:"name"`
+	Type string `json:"type"` // file, dir, symlink, other
+	Size int64  `json:"size"`
+}
+
+// Listing is the JSON document a list tool returns as its output.
+type Listing struct {
+	Entries   []Entry `json:"entries"`
+	Truncated bool    `json:"truncated"`
+}
+
+// Stream event kinds.
+const (
+	EventDecision = "decision"
+	EventOutput   = "output"
+	EventResult   = "result"
+)
+
+// DecisionEvent is the first line of a streamed call (and, for a call that
+// waited for a human, the line that announces the final verdict).
+type DecisionEvent struct {
+	Event      string `json:"event"`
+	CallID     string `json:"call_id"`
+	Verdict    string `json:"verdict"`
+	Reason     string `json:"reason"`
+	ApprovalID string `json:"approval_id,omitempty"`
+}
+
+// OutputEvent carries bytes as they arrive; Data when they are UTF-8, else
+// DataB64.
+type OutputEvent struct {
+	Event   string `json:"event"`
+	Stream  string `json:"stream"`
+	Data    string `json:"data,omitempty"`
+	DataB64 string `json:"data_b64,omitempty"`
+}
+
+// ResultEvent is the last line of a streamed call: the CallResult fields
+// without the output, which went out in OutputEvents.
+type ResultEvent struct {
+	Event string `json:"event"`
+	CallResult
+}
+
+// Event is any streamed line, for decoding: read Event, then the fields of
+// that kind.
+type Event struct {
+	Event   string `json:"event"`
+	Stream  string `json:"stream,omitempty"`
+	Data    string `json:"data,omitempty"`
+	DataB64 string `json:"data_b64,omitempty"`
+	CallResult
+	// Raw is the line as the daemon sent it.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Health is the body of GET /v1/health.
+type Health struct {
+	Status        string `json:"status"`
+	Version       string `json:"version"`
+	PolicyVersion string `json:"policy_version"`
+}
+
+// Tool describes one tool in GET /v1/tools, ready to hand to a model as a
+// function definition.
+type Tool struct {
+	Name        string          `json:"name"`
+	Operation   string          `json:"operation"`
+	Description string          `json:"description"`
+	ArgsSchema  json.RawMessage `json:"args_schema"`
+}
+
+// Tools is the body of GET /v1/tools.
+type Tools struct {
+	Tools []Tool `json:"tools"`
+}
+
+// Error codes of non-decision errors.
+const (
+	ErrBadRequest       = "bad_request"
+	ErrTooLarge         = "too_large"
+	ErrNotFound         = "not_found"
+	ErrMethodNotAllowed = "method_not_allowed"
+	ErrForbidden        = "forbidden"
+	ErrInternal         = "internal_error"
+	ErrUnavailable      = "unavailable"
+)
+
+// ErrorBody is the body of every non-decision error response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail says what was wrong with a request.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}

@@ -1,0 +1,117 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Record kinds.
+const (
+	KindPolicyLoaded  = "policy_loaded"
+	KindDecision      = "decision"
+	KindApproval      = "approval"
+	KindResult        = "result"
+	KindTaskCancelled = "task_cancelled"
+	KindRecovered     = "recovered"
+)
+
+// Record is one ledger line. Fields are declared in key order and "hash"
+// is always the last member, so the line minus that member is the exact
+// byte string the hash covers.
+type Record struct {
+	Args          json.RawMessage `json:"args,omitempty"`
+	CallID        string          `json:"call_id,omitempty"`
+	Detail        string          `json:"detail,omitempty"`
+	Kind          string          `json:"kind"`
+	Operation     string          `json:"operation,omitempty"`
+	PolicyVersion string          `json:"policy_version,omitempty"`
+	Prev          string          `json:"prev"`
+	Principal     *Principal      `json:"principal,omitempty"`
+	Reason        string          `json:"reason,omitempty"`
+	Resolved      json.RawMessage `json:"resolved,omitempty"`
+	Resource      string          `json:"resource,omitempty"`
+	Result        *Result         `json:"result,omitempty"`
+	Rule          string          `json:"rule,omitempty"`
+	Seq           uint64          `json:"seq"`
+	Task          string          `json:"task,omitempty"`
+	Time          string          `json:"time"`
+	Tool          string          `json:"tool,omitempty"`
+	Verdict       string          `json:"verdict,omitempty"`
+	Hash          string          `json:"hash"`
+}
+
+// Principal is who made a call: the manifest's name and the peer's
+// kernel-reported credentials.
+type Principal struct {
+	GID  uint32 `json:"gid"`
+	Name string `json:"name"`
+	PID  int32  `json:"pid"`
+	UID  uint32 `json:"uid"`
+}
+
+// Result is what an executed call did.
+type Result struct {
+	Bytes      int64   `json:"bytes"`
+	DurationMS float64 `json:"duration_ms"`
+	ExitCode   *int    `json:"exit_code,omitempty"`
+	OK         bool    `json:"ok"`
+	Truncated  bool    `json:"truncated"`
+}
+
+// Genesis is the prev of the first record.
+const Genesis = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+var hashKey = []byte(`,"hash":"`)
+
+// encode serializes rec with its hash computed: the hash is sha256 over the
+// record's JSON with the "hash" member removed (it is the last member, so
+// that is the line up to `,"hash":` followed by `}`).
+func encode(rec *Record) ([]byte, error) {
+	rec.Hash = ""
+	body, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndex(body, hashKey)
+	if i < 0 {
+		return nil, errors.New("audit: record without hash member")
+	}
+	canon := append(body[:i:i], '}')
+	sum := sha256.Sum256(canon)
+	rec.Hash = "sha256:" + hex.EncodeToString(sum[:])
+	line := make([]byte, 0, len(body)+72)
+	line = append(line, body[:i]...)
+	line = append(line, hashKey...)
+	line = append(line, rec.Hash...)
+	line = append(line, '"', '}', '\n')
+	return line, nil
+}
+
+// checkLine verifies one line's own hash and returns the decoded record.
+func checkLine(line []byte) (*Record, error) {
+	line = bytes.TrimSuffix(line, []byte("\n"))
+	i := bytes.LastIndex(line, hashKey)
+	if i < 0 || !bytes.HasSuffix(line, []byte(`"}`)) {
+		return nil, errors.New("no trailing hash member")
+	}
+	claimed := string(line[i+len(hashKey) : len(line)-2])
+	canon := append(append([]byte{}, line[:i]...), '}')
+	sum := sha256.Sum256(canon)
+	if want := "sha256:" + hex.EncodeToString(sum[:]); claimed != want {
+		return nil, fmt.Errorf("hash mismatch (recorded %.20s…, computed %.20s…)", claimed, want)
+	}
+	var rec Record
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return nil, fmt.Errorf("not a ledger record: %v", err)
+	}
+	if rec.Hash != claimed {
+		return nil, errors.New("hash member is not the last member")
+	}
+	return &rec, nil
+}

@@ -1,0 +1,162 @@
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// VerifyError names the first record that breaks the chain.
+type VerifyError struct {
+	Seq  uint64 // the seq the broken record should have had
+	Line int    // 1-based line number
+	Msg  string
+}
+
+func (e *VerifyError) Error() string {
+	return fmt.Sprintf("seq %d (line %d): %s", e.Seq, e.Line, e.Msg)
+}
+
+// Verify reads a whole ledger and checks every record's hash, that seq
+// counts up from 1 and that each prev is the hash of the record before.
+// It returns the number of intact records and, if the chain is broken, a
+// *VerifyError naming the first bad seq.
+func Verify(r io.Reader) (uint64, error) {
+	br := bufio.NewReaderSize(r, 256<<10)
+	prev := Genesis
+	var n uint64
+	for line := 1; ; line++ {
+		b, err := readLine(br)
+		if err == io.EOF && len(b) == 0 {
+			return n, nil
+		}
+		want := n + 1
+		if err != nil && err != io.EOF {
+			if errors.Is(err, errLineTooLong) {
+				return n, &VerifyError{Seq: want, Line: line, Msg: err.Error()}
+			}
+			return n, fmt.Errorf("read: %w", err)
+		}
+		if err == io.EOF { // bytes without a final newline
+			return n, &VerifyError{Seq: want, Line: line, Msg: "torn last line (no newline): the daemon cuts it on its next start"}
+		}
+		rec, cerr := checkLine(b)
+		if cerr != nil {
+			return n, &VerifyError{Seq: want, Line: line, Msg: cerr.Error()}
+		}
+		if rec.Seq != want {
+			return n, &VerifyError{Seq: want, Line: line, Msg: fmt.Sprintf("seq is %d, want %d (a record was removed or inserted)", rec.Seq, want)}
+		}
+		if rec.Prev != prev {
+			return n, &VerifyError{Seq: want, Line: line, Msg: "prev does not match the hash of the record before (a record was removed, inserted or reordered)"}
+		}
+		prev = rec.Hash
+		n++
+	}
+}
+
+var errLineTooLong = errors.New("line longer than the largest record")
+
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var out []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		out = append(out, chunk...)
+		if len(out) > maxRecordBytes+1 {
+			return out, errLineTooLong
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return out, err
+	}
+}
+
+// Read decodes every record of a ledger, verifying as it goes; it stops at
+// the first bad record with a *VerifyError. For tail and replay.
+func Read(r io.Reader, fn func(*Record) error) error {
+	br := bufio.NewReaderSize(r, 256<<10)
+	prev := Genesis
+	var n uint64
+	for line := 1; ; line++ {
+		b, err := readLine(br)
+		if err == io.EOF && len(b) == 0 {
+			return nil
+		}
+		if err != nil {
+			if err == io.EOF {
+				return &VerifyError{Seq: n + 1, Line: line, Msg: "torn last line"}
+			}
+			return err
+		}
+		rec, cerr := checkLine(b)
+		if cerr == nil && (rec.Seq != n+1 || rec.Prev != prev) {
+			cerr = errors.New("chain broken")
+		}
+		if cerr != nil {
+			return &VerifyError{Seq: n + 1, Line: line, Msg: cerr.Error()}
+		}
+		prev = rec.Hash
+		n++
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+}
+
+// Summary renders a record as one human-readable line.
+func Summary(rec *Record) string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%6d %s %-13s", rec.Seq, rec.Time, rec.Kind)
+	if rec.Principal != nil {
+		fmt.Fprintf(&b, " %s(uid=%d,pid=%d)", rec.Principal.Name, rec.Principal.UID, rec.Principal.PID)
+	}
+	if rec.Tool != "" {
+		fmt.Fprintf(&b, " %s", rec.Tool)
+	}
+	if len(rec.Args) > 0 && len(rec.Args) < 200 {
+		var compact bytes.Buffer
+		if json.Compact(&compact, rec.Args) == nil {
+			fmt.Fprintf(&b, " %s", compact.String())
+		}
+	}
+	if rec.Verdict != "" {
+		fmt.Fprintf(&b, " -> %s", rec.Verdict)
+	}
+	if rec.Reason != "" {
+		fmt.Fprintf(&b, " %s", rec.Reason)
+	}
+	if rec.Resource != "" {
+		fmt.Fprintf(&b, " %s", rec.Resource)
+	}
+	if r := rec.Result; r != nil {
+		fmt.Fprintf(&b, " ok=%t bytes=%d truncated=%t %.2fms", r.OK, r.Bytes, r.Truncated, r.DurationMS)
+		if r.ExitCode != nil {
+			fmt.Fprintf(&b, " exit=%d", *r.ExitCode)
+		}
+	}
+	if rec.PolicyVersion != "" && rec.Kind == KindPolicyLoaded {
+		fmt.Fprintf(&b, " %s", rec.PolicyVersion)
+	}
+	if rec.Detail != "" {
+		fmt.Fprintf(&b, " (%s)", rec.Detail)
+	}
+	if rec.CallID != "" {
+		fmt.Fprintf(&b, " [%s]", rec.CallID)
+	}
+	return b.String()
+}
+
+// DecodeLine checks one line's own hash and decodes it into r (for
+// following a ledger as it grows; the chain is Verify's business).
+func DecodeLine(line []byte, r *Record) error {
+	rec, err := checkLine(line)
+	if err != nil {
+		return err
+	}
+	*r = *rec
+	return nil
+}

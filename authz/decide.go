@@ -1,0 +1,410 @@
+package authz
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice/api"
+)
+
+// LocalPrincipal is the name every peer gets when the manifest declares no
+// principals.
+const LocalPrincipal = "local"
+
+// Limits on an untrusted path, checked before the kernel sees it.
+const (
+	MaxPathBytes      = 4095 // PATH_MAX less the NUL
+	MaxComponentBytes = 255  // NAME_MAX
+)
+
+// Identify maps peer credentials to a principal name. ok is false when the
+// manifest declares principals and none matches: such a peer may call
+// nothing. A uid match wins over a gid match.
+func (m *Manifest) Identify(uid, gid uint32) (name string, ok bool) {
+	if m.Principals == nil {
+		return LocalPrincipal, true
+	}
+	for _, n := range sortedKeys(m.Principals) {
+		if slices.Contains(m.Principals[n].UIDs, uid) {
+			return n, true
+		}
+	}
+	for _, n := range sortedKeys(m.Principals) {
+		if slices.Contains(m.Principals[n].GIDs, gid) {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+// IsApprover says whether the named principal may approve calls and reload
+// the manifest. Without declared principals only uid 0 is the approver.
+func (m *Manifest) IsApprover(name string, uid uint32) bool {
+	if m.Principals == nil {
+		return name == LocalPrincipal && uid == 0
+	}
+	p := m.Principals[name]
+	return p != nil && p.Approver
+}
+
+// MayCall says whether the named principal may call tool. The empty name
+// (an unmapped peer) may call nothing.
+func (m *Manifest) MayCall(name, tool string) bool {
+	if _, ok := m.Tools[tool]; !ok || name == "" {
+		return false
+	}
+	if m.Principals == nil {
+		return name == LocalPrincipal
+	}
+	p := m.Principals[name]
+	if p == nil {
+		return false
+	}
+	return slices.Contains(p.Tools, "*") || slices.Contains(p.Tools, tool)
+}
+
+// ToolNames returns the names of the tools the principal may call, sorted.
+func (m *Manifest) ToolNames(principal string) []string {
+	var out []string
+	for _, n := range sortedKeys(m.Tools) {
+		if m.MayCall(principal, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// CheckPath is the lexical pre-check of an untrusted path (DESIGN §1 step 3).
+// It returns "" when the path may be handed to the resolver, else the reason.
+func CheckPath(unsafePath string) string {
+	switch {
+	case unsafePath == "", len(unsafePath) > MaxPathBytes,
+		strings.IndexByte(unsafePath, 0) >= 0, strings.HasPrefix(unsafePath, "/"):
+		return api.ReasonInvalidPath
+	}
+	for _, c := range strings.Split(unsafePath, "/") {
+		if len(c) > MaxComponentBytes {
+			return api.ReasonInvalidPath
+		}
+	}
+	return ""
+}
+
+// RootMatch is a root a request path lies under lexically, with the part of
+// the path below it. Rel is handed unchanged to the kernel: ".." in it is
+// resolved there, beneath the root, never cleaned away here, because after a
+// symlink ".." does not mean what string cleaning thinks it means.
+type RootMatch struct {
+	Index int    // index into the tool's roots
+	Root  string // the root as written, cleaned
+	Rel   string // the rest of the path, "." for the root itself
+}
+
+// MatchRoots returns the roots whose components begin the path, in manifest
+// order. Only empty and "." components are dropped before comparing, as the
+// kernel ignores them too. A path that matches no root is outside_roots
+// without the filesystem being consulted: no oracle outside the roots.
+func MatchRoots(t *Tool, unsafePath string) []RootMatch {
+	comps := splitPath(unsafePath)
+	var out []RootMatch
+	for i, r := range t.Roots {
+		rc := splitPath(r)
+		if len(rc) > len(comps) || !slices.Equal(rc, comps[:len(rc)]) {
+			continue
+		}
+		rel := strings.Join(comps[len(rc):], "/")
+		if rel == "" {
+			rel = "."
+		}
+		out = append(out, RootMatch{Index: i, Root: path.Clean(r), Rel: rel})
+	}
+	return out
+}
+
+func splitPath(p string) []string {
+	var out []string
+	for _, c := range strings.Split(p, "/") {
+		if c != "" && c != "." {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Resolution outcomes, set by the daemon from what the kernel said.
+const (
+	OutcomeOK       = "ok"
+	OutcomeEscapes  = "escapes"   // EXDEV, absolute or climbing symlink, magic link, loop
+	OutcomeNotFound = "not_found" // ENOENT/ENOTDIR beneath the root
+	OutcomeInvalid  = "invalid"   // ENAMETOOLONG and the like
+	OutcomeError    = "error"     // anything else: fail closed
+)
+
+// File kinds of a resolved resource.
+const (
+	KindFile    = "file"
+	KindDir     = "dir"
+	KindSymlink = "symlink"
+	KindFIFO    = "fifo"
+	KindSocket  = "socket"
+	KindDevice  = "device"
+	KindOther   = "other"
+)
+
+// Resource is what the resolver found for a path under one root. It is
+// recorded in the audit so that replay can re-decide without the filesystem.
+type Resource struct {
+	Root    int    `json:"root"`
+	Outcome string `json:"outcome"`
+	Path    string `json:"path,omitempty"` // absolute, as the kernel names the opened fd
+	Rel     string `json:"rel,omitempty"`  // resolved path relative to the root
+	Kind    string `json:"kind,omitempty"`
+}
+
+// Request is an already-parsed, already-resolved call.
+type Request struct {
+	Principal string // "" for a peer that maps to no principal
+	Tool      string
+	// Path is args.path for file tools; nil when absent.
+	Path *string
+	// Argv is args.argv for execute tools; nil when absent.
+	Argv []string
+	// ArgsError is set when the args fit the schema's types but not its
+	// rules (a required key missing, both content forms given).
+	ArgsError string
+	// Resolved holds one outcome per RootMatch of Path, in the same order.
+	Resolved []Resource
+}
+
+// Decision is the outcome of Decide. The zero value denies.
+type Decision struct {
+	Allow    bool
+	Reason   string
+	Rule     string
+	Resource *Resource // the resource that decided, when one did
+	// Pending is set with Reason approval_required: the call must wait for
+	// a human before it may run.
+	Pending bool
+}
+
+// Verdict renders the decision for the wire.
+func (d Decision) Verdict() string {
+	switch {
+	case d.Pending:
+		return api.VerdictPending
+	case d.Allow:
+		return api.VerdictAllow
+	}
+	return api.VerdictDeny
+}
+
+func deny(reason, rule string) Decision { return Decision{Reason: reason, Rule: rule} }
+
+// Decide is the pure authorization function: default deny, a stable reason
+// code and the rule that matched. It never touches the filesystem; the
+// caller resolves paths first (see MatchRoots) and passes the outcomes in.
+func Decide(m *Manifest, req *Request) Decision {
+	if m == nil || req == nil {
+		return deny(api.ReasonInternalError, "")
+	}
+	t, ok := m.Tools[req.Tool]
+	if !ok {
+		return deny(api.ReasonUnknownTool, "")
+	}
+	tkey := "tools." + req.Tool
+	if !m.MayCall(req.Principal, req.Tool) {
+		if req.Principal == "" {
+			return deny(api.ReasonPrincipalNotAllowed, "principals")
+		}
+		return deny(api.ReasonPrincipalNotAllowed, "principals."+req.Principal+".tools")
+	}
+	if req.ArgsError != "" {
+		return deny(api.ReasonInvalidArgs, tkey)
+	}
+	var d Decision
+	switch t.Operation {
+	case api.OpRead, api.OpList, api.OpWrite:
+		d = decidePath(t, tkey, req)
+	case api.OpExecute:
+		d = decideExec(t, tkey, req)
+	default:
+		return deny(api.ReasonInternalError, tkey)
+	}
+	if !d.Allow {
+		return d
+	}
+	if t.Approval == "human" {
+		d.Allow = false
+		d.Pending = true
+		d.Reason = api.ReasonApprovalRequired
+		d.Rule = tkey + ".approval"
+	}
+	return d
+}
+
+func decideExec(t *Tool, tkey string, req *Request) Decision {
+	argv := req.Argv
+	if argv == nil {
+		if len(t.Commands) != 1 {
+			return deny(api.ReasonInvalidArgs, tkey+".commands")
+		}
+		argv = t.Commands[0]
+	}
+	for i, c := range t.Commands {
+		if slices.Equal(c, argv) {
+			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: fmt.Sprintf("%s.commands[%d]", tkey, i)}
+		}
+	}
+	return deny(api.ReasonCommandNotAllowed, tkey+".commands")
+}
+
+func decidePath(t *Tool, tkey string, req *Request) Decision {
+	if req.Path == nil {
+		return deny(api.ReasonInvalidArgs, tkey)
+	}
+	if r := CheckPath(*req.Path); r != "" {
+		return deny(r, tkey)
+	}
+	matches := MatchRoots(t, *req.Path)
+	if len(matches) == 0 {
+		return deny(api.ReasonOutsideRoots, tkey+".roots")
+	}
+	if len(req.Resolved) != len(matches) {
+		// The caller did not resolve what it had to: fail closed.
+		return deny(api.ReasonInternalError, tkey)
+	}
+	// never, on the path as requested: denied before the kernel is asked,
+	// so a hidden name is never probed for existence.
+	for _, m := range matches {
+		if gi, hit := neverMatch(t.Never, m.Rel); hit {
+			return deny(api.ReasonNeverListed, fmt.Sprintf("%s.never[%d]", tkey, gi))
+		}
+	}
+	// The first root that resolves decides. Otherwise report the most
+	// specific failure among roots the path lay under.
+	var best Decision
+	bestRank := -1
+	for i, res := range req.Resolved {
+		rootKey := fmt.Sprintf("%s.roots[%d]", tkey, matches[i].Index)
+		if res.Outcome != OutcomeOK {
+			d, rank := outcomeDenial(res.Outcome, rootKey)
+			if rank > bestRank {
+				best, bestRank = d, rank
+				r := res
+				best.Resource = &r
+			}
+			continue
+		}
+		res := res
+		// never, on what the kernel resolved (a symlink named innocently
+		// may lead to .env): as a path from the root and by every
+		// component's name.
+		if gi, hit := neverMatch(t.Never, res.Rel); hit {
+			d := deny(api.ReasonNeverListed, fmt.Sprintf("%s.never[%d]", tkey, gi))
+			d.Resource = &res
+			return d
+		}
+		d := kindCheck(t.Operation, res.Kind, rootKey)
+		d.Resource = &res
+		return d
+	}
+	return best
+}
+
+// outcomeDenial maps a resolution failure to its reason and a rank: when a
+// path lies under several roots, the most specific failure is reported.
+func outcomeDenial(outcome, rootKey string) (Decision, int) {
+	switch outcome {
+	case OutcomeNotFound:
+		return deny(api.ReasonNotFound, rootKey), 3
+	case OutcomeInvalid:
+		return deny(api.ReasonInvalidPath, rootKey), 2
+	case OutcomeEscapes:
+		return deny(api.ReasonOutsideRoots, rootKey), 1
+	}
+	return deny(api.ReasonInternalError, rootKey), 0
+}
+
+func kindCheck(op, kind, rootKey string) Decision {
+	switch op {
+	case api.OpRead:
+		switch kind {
+		case KindFile:
+			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: rootKey}
+		case KindDir:
+			return deny(api.ReasonNotAFile, rootKey)
+		}
+		return deny(api.ReasonUnsupportedFileType, rootKey)
+	case api.OpList:
+		if kind == KindDir {
+			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: rootKey}
+		}
+		return deny(api.ReasonNotADirectory, rootKey)
+	case api.OpWrite:
+		switch kind {
+		case KindFile, "": // "" = does not exist yet, to be created
+			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: rootKey}
+		case KindDir:
+			return deny(api.ReasonNotAFile, rootKey)
+		}
+		return deny(api.ReasonUnsupportedFileType, rootKey)
+	}
+	return deny(api.ReasonInternalError, rootKey)
+}
+
+// NeverMatch reports whether a path relative to a root is hidden by the
+// tool's never globs, for list filtering.
+func NeverMatch(t *Tool, rel string) bool {
+	_, hit := neverMatch(t.Never, rel)
+	return hit
+}
+
+// neverMatch checks rel and each of its ancestors: a glob without '/'
+// against the component's name, one with '/' against the path from the root
+// ('**' spans any number of components). Hiding a directory hides all below.
+func neverMatch(globs []string, rel string) (int, bool) {
+	if len(globs) == 0 {
+		return 0, false
+	}
+	comps := splitPath(rel)
+	for i := range comps {
+		sub := comps[:i+1]
+		for gi, g := range globs {
+			if !strings.Contains(g, "/") {
+				if ok, _ := path.Match(g, sub[i]); ok {
+					return gi, true
+				}
+				continue
+			}
+			if globMatch(splitPath(g), sub) {
+				return gi, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// globMatch matches path components against pattern components, where
+// "**" matches zero or more components.
+func globMatch(pat, comps []string) bool {
+	for len(pat) > 0 {
+		if pat[0] == "**" {
+			for k := 0; k <= len(comps); k++ {
+				if globMatch(pat[1:], comps[k:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(comps) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(pat[0], comps[0]); !ok {
+			return false
+		}
+		pat, comps = pat[1:], comps[1:]
+	}
+	return len(comps) == 0
+}

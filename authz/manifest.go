@@ -1,0 +1,472 @@
+package authz
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/sluicehq/sluice/api"
+)
+
+// Defaults from DESIGN §4 and §7.
+const (
+	DefaultMaxBytes  = 65536
+	DefaultTimeoutMS = 30000
+	DefaultMemoryMB  = 512
+	DefaultPids      = 256
+	DefaultPool      = 2
+	// MaxManifestBytes bounds what Parse reads: a manifest is hand-written config.
+	MaxManifestBytes = 4 << 20
+	// maxMaxBytes bounds a tool's output cap so one call cannot ask the
+	// daemon to buffer an unbounded amount.
+	maxMaxBytes = 64 << 20
+)
+
+// Manifest is a validated schema_version 1 manifest. Build it with Parse;
+// a Manifest that did not come from Parse is not valid.
+type Manifest struct {
+	SchemaVersion int                   `json:"schema_version"`
+	Base          string                `json:"base,omitempty"`
+	DenyDetail    string                `json:"deny_detail,omitempty"`
+	Principals    map[string]*Principal `json:"principals,omitempty"`
+	Tools         map[string]*Tool      `json:"tools"`
+
+	// BaseDir is Base made absolute against the manifest's directory.
+	BaseDir string `json:"-"`
+	// Version is "sha256:" + hex of the canonical form.
+	Version string `json:"-"`
+	// Canonical is the canonical JSON form the version is computed over.
+	Canonical []byte `json:"-"`
+}
+
+// Principal maps peer credentials to a name and the tools it may call.
+type Principal struct {
+	UIDs     []uint32 `json:"uids,omitempty"`
+	GIDs     []uint32 `json:"gids,omitempty"`
+	Tools    []string `json:"tools"`
+	Approver bool     `json:"approver,omitempty"`
+}
+
+// Tool is one tool's rule. Execute-only and write-only keys are validated
+// here even where the daemon does not run that operation yet.
+type Tool struct {
+	Operation   string            `json:"operation"`
+	Description string            `json:"description,omitempty"`
+	Roots       []string          `json:"roots,omitempty"`
+	Never       []string          `json:"never,omitempty"`
+	MaxBytes    int64             `json:"max_bytes,omitempty"`
+	Approval    string            `json:"approval,omitempty"`
+	Commands    [][]string        `json:"commands,omitempty"`
+	Mounts      []string          `json:"mounts,omitempty"`
+	Cwd         string            `json:"cwd,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+	TimeoutMS   int64             `json:"timeout_ms,omitempty"`
+	MemoryMB    int64             `json:"memory_mb,omitempty"`
+	Pids        int64             `json:"pids,omitempty"`
+	CPUs        float64           `json:"cpus,omitempty"`
+	Seccomp     string            `json:"seccomp,omitempty"`
+	Pool        *int              `json:"pool,omitempty"`
+}
+
+// EffectiveMaxBytes is max_bytes with its default applied.
+func (t *Tool) EffectiveMaxBytes() int64 {
+	if t.MaxBytes == 0 {
+		return DefaultMaxBytes
+	}
+	return t.MaxBytes
+}
+
+// EffectivePool is pool with its default applied.
+func (t *Tool) EffectivePool() int {
+	if t.Pool == nil {
+		return DefaultPool
+	}
+	return *t.Pool
+}
+
+// ErrInvalidManifest is wrapped by every validation error.
+var ErrInvalidManifest = errors.New("invalid manifest")
+
+// ManifestError names the key at fault and how to fix it.
+type ManifestError struct {
+	Key string // e.g. tools.read_file.roots[1]
+	Msg string
+}
+
+func (e *ManifestError) Error() string {
+	if e.Key == "" {
+		return "manifest: " + e.Msg
+	}
+	return "manifest: " + e.Key + ": " + e.Msg
+}
+
+func (e *ManifestError) Unwrap() error { return ErrInvalidManifest }
+
+func merr(key, format string, a ...any) error {
+	return &ManifestError{Key: key, Msg: fmt.Sprintf(format, a...)}
+}
+
+// Parse decodes and validates a manifest. dir is the manifest's directory:
+// a relative or absent base resolves against it. Parse does no I/O beyond
+// reading r; whether roots exist is the daemon's concern.
+func Parse(r io.Reader, dir string) (*Manifest, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	if len(data) > MaxManifestBytes {
+		return nil, merr("", "larger than %d bytes", MaxManifestBytes)
+	}
+	// schema_version first: it decides how the rest is read.
+	var head struct {
+		SchemaVersion *json.RawMessage `json:"schema_version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, merr("", "not valid JSON: %v", err)
+	}
+	if head.SchemaVersion == nil {
+		return nil, merr("schema_version", "missing; add \"schema_version\": 1")
+	}
+	var v int
+	if err := json.Unmarshal(*head.SchemaVersion, &v); err != nil || v != 1 {
+		return nil, merr("schema_version", "is %s; this sluice reads only 1", string(*head.SchemaVersion))
+	}
+	m := new(Manifest)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(m); err != nil {
+		return nil, merr("", "%s", describeDecodeError(err))
+	}
+	if dec.More() {
+		return nil, merr("", "trailing data after the manifest object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, merr("", "trailing data after the manifest object")
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("manifest directory %q must be absolute", dir)
+	}
+	for _, check := range validators {
+		if err := check(m); err != nil {
+			return nil, err
+		}
+	}
+	m.BaseDir = filepath.Clean(dir)
+	if m.Base != "" {
+		if filepath.IsAbs(m.Base) {
+			m.BaseDir = filepath.Clean(m.Base)
+		} else {
+			m.BaseDir = filepath.Join(dir, m.Base)
+		}
+	}
+	canon, err := canonical(m)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(canon)
+	m.Canonical = canon
+	m.Version = "sha256:" + hex.EncodeToString(sum[:])
+	return m, nil
+}
+
+func describeDecodeError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("%s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+	}
+	msg := err.Error()
+	if strings.HasPrefix(msg, "json: unknown field ") {
+		return "unknown key " + strings.TrimPrefix(msg, "json: unknown field ") + " (schema_version 1 has no such key; check its spelling)"
+	}
+	return msg
+}
+
+// canonical is the manifest re-encoded with sorted keys, no insignificant
+// whitespace, and defaults left as written: two files that differ only in
+// formatting or key order have one policy_version.
+func canonical(m *Manifest) ([]byte, error) {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var generic any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&generic); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(generic); err != nil { // maps encode with sorted keys
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// validators run in order; each returns the first problem it finds, naming
+// the key and the fix (the shape of runc's configs/validate).
+var validators = []func(*Manifest) error{
+	validateTop,
+	validatePrincipals,
+	validateTools,
+}
+
+func validateTop(m *Manifest) error {
+	switch m.DenyDetail {
+	case "", "reason", "opaque":
+	default:
+		return merr("deny_detail", "is %q; use \"reason\" or \"opaque\"", m.DenyDetail)
+	}
+	if strings.ContainsRune(m.Base, 0) {
+		return merr("base", "contains a NUL byte")
+	}
+	if len(m.Tools) == 0 {
+		return merr("tools", "missing or empty; declare at least one tool")
+	}
+	return nil
+}
+
+func validateName(key, name string) error {
+	if name == "" || len(name) > 64 {
+		return merr(key, "name %q must be 1 to 64 characters", name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return merr(key, "name %q may use only letters, digits, '_', '-' and '.'", name)
+		}
+	}
+	return nil
+}
+
+func validatePrincipals(m *Manifest) error {
+	if m.Principals == nil {
+		return nil
+	}
+	if len(m.Principals) == 0 {
+		return merr("principals", "is empty; remove it (every peer is then principal \"local\") or declare one")
+	}
+	uidOwner := map[uint32]string{}
+	gidOwner := map[uint32]string{}
+	for _, name := range sortedKeys(m.Principals) {
+		p := m.Principals[name]
+		key := "principals." + name
+		if err := validateName(key, name); err != nil {
+			return err
+		}
+		if p == nil {
+			return merr(key, "is null; give it {\"uids\":[…],\"tools\":[…]}")
+		}
+		if len(p.UIDs) == 0 && len(p.GIDs) == 0 {
+			return merr(key, "matches nobody; give it \"uids\" or \"gids\"")
+		}
+		for i, u := range p.UIDs {
+			if other, ok := uidOwner[u]; ok {
+				return merr(fmt.Sprintf("%s.uids[%d]", key, i), "uid %d is also in principals.%s; a uid maps to one principal", u, other)
+			}
+			uidOwner[u] = name
+		}
+		for i, g := range p.GIDs {
+			if other, ok := gidOwner[g]; ok {
+				return merr(fmt.Sprintf("%s.gids[%d]", key, i), "gid %d is also in principals.%s; a gid maps to one principal", g, other)
+			}
+			gidOwner[g] = name
+		}
+		if p.Tools == nil {
+			return merr(key+".tools", "missing; list tool names, [\"*\"] for all, or [] for none")
+		}
+		for i, t := range p.Tools {
+			k := fmt.Sprintf("%s.tools[%d]", key, i)
+			if t == "*" {
+				if len(p.Tools) != 1 {
+					return merr(k, "\"*\" must stand alone")
+				}
+				continue
+			}
+			if _, ok := m.Tools[t]; !ok {
+				return merr(k, "names tool %q, which tools does not declare", t)
+			}
+		}
+	}
+	return nil
+}
+
+func validateTools(m *Manifest) error {
+	for _, name := range sortedKeys(m.Tools) {
+		t := m.Tools[name]
+		key := "tools." + name
+		if err := validateName(key, name); err != nil {
+			return err
+		}
+		if t == nil {
+			return merr(key, "is null; give it an \"operation\"")
+		}
+		if err := validateTool(key, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateTool(key string, t *Tool) error {
+	fileOp := false
+	switch t.Operation {
+	case api.OpRead, api.OpList, api.OpWrite:
+		fileOp = true
+	case api.OpExecute:
+	case "":
+		return merr(key+".operation", "missing; use read, list, write or execute")
+	default:
+		return merr(key+".operation", "is %q; use read, list, write or execute", t.Operation)
+	}
+	if len(t.Description) > 1024 {
+		return merr(key+".description", "longer than 1024 characters")
+	}
+	if t.MaxBytes < 0 || t.MaxBytes > maxMaxBytes {
+		return merr(key+".max_bytes", "is %d; use 1 to %d (default %d)", t.MaxBytes, maxMaxBytes, DefaultMaxBytes)
+	}
+	switch t.Approval {
+	case "", "none", "human":
+	default:
+		return merr(key+".approval", "is %q; use \"none\" or \"human\"", t.Approval)
+	}
+	for i, g := range t.Never {
+		if err := validateGlob(g); err != nil {
+			return merr(fmt.Sprintf("%s.never[%d]", key, i), "%q: %v", g, err)
+		}
+	}
+	if fileOp {
+		if len(t.Roots) == 0 {
+			return merr(key+".roots", "missing; a %s tool needs at least one root directory", t.Operation)
+		}
+		for i, r := range t.Roots {
+			if err := validateRel(r); err != nil {
+				return merr(fmt.Sprintf("%s.roots[%d]", key, i), "%q %v", r, err)
+			}
+		}
+		for _, k := range []struct {
+			set  bool
+			name string
+		}{
+			{len(t.Commands) > 0, "commands"}, {len(t.Mounts) > 0, "mounts"}, {t.Cwd != "", "cwd"},
+			{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
+			{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"},
+		} {
+			if k.set {
+				return merr(key+"."+k.name, "applies only to execute tools; remove it")
+			}
+		}
+		return nil
+	}
+	// execute
+	if len(t.Roots) > 0 {
+		return merr(key+".roots", "applies to read, list and write tools; an execute tool uses \"mounts\"")
+	}
+	if len(t.Never) > 0 {
+		return merr(key+".never", "applies to read, list and write tools; remove it")
+	}
+	if len(t.Commands) == 0 {
+		return merr(key+".commands", "missing; list the allowed argv arrays, e.g. [[\"python3\",\"-m\",\"unittest\"]]")
+	}
+	for i, argv := range t.Commands {
+		k := fmt.Sprintf("%s.commands[%d]", key, i)
+		if len(argv) == 0 {
+			return merr(k, "is empty; an argv needs at least the program")
+		}
+		for j, a := range argv {
+			if strings.ContainsRune(a, 0) {
+				return merr(fmt.Sprintf("%s[%d]", k, j), "contains a NUL byte")
+			}
+		}
+		if argv[0] == "" {
+			return merr(k+"[0]", "the program is empty")
+		}
+	}
+	for i, mnt := range t.Mounts {
+		if err := validateRel(mnt); err != nil {
+			return merr(fmt.Sprintf("%s.mounts[%d]", key, i), "%q %v", mnt, err)
+		}
+	}
+	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {
+		return merr(key+".cwd", "%q must be an absolute path inside the container (e.g. a mount's host path or /tmp)", t.Cwd)
+	}
+	for _, k := range sortedKeys(t.Env) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return merr(key+".env", "variable name %q is empty or contains '=' or NUL", k)
+		}
+		if strings.ContainsRune(t.Env[k], 0) {
+			return merr(key+".env."+k, "value contains a NUL byte")
+		}
+	}
+	if t.TimeoutMS < 0 || t.TimeoutMS > 3600_000 {
+		return merr(key+".timeout_ms", "is %d; use 1 to 3600000 (default %d)", t.TimeoutMS, DefaultTimeoutMS)
+	}
+	if t.MemoryMB < 0 || (t.MemoryMB > 0 && t.MemoryMB < 8) || t.MemoryMB > 1<<20 {
+		return merr(key+".memory_mb", "is %d; use 8 to 1048576 (default %d)", t.MemoryMB, DefaultMemoryMB)
+	}
+	if t.Pids < 0 || (t.Pids > 0 && t.Pids < 2) || t.Pids > 1<<22 {
+		return merr(key+".pids", "is %d; use 2 to 4194304 (default %d)", t.Pids, DefaultPids)
+	}
+	if t.CPUs < 0 || t.CPUs > 1024 {
+		return merr(key+".cpus", "is %g; use a positive number of CPUs such as 0.5 or 2", t.CPUs)
+	}
+	if strings.ContainsRune(t.Seccomp, 0) {
+		return merr(key+".seccomp", "contains a NUL byte")
+	}
+	if t.Pool != nil && (*t.Pool < 0 || *t.Pool > 64) {
+		return merr(key+".pool", "is %d; use 0 (always cold start) to 64 (default %d)", *t.Pool, DefaultPool)
+	}
+	return nil
+}
+
+// validateRel accepts a clean relative directory that stays beneath base.
+func validateRel(p string) error {
+	switch {
+	case p == "":
+		return errors.New("is empty; name a directory relative to base")
+	case strings.ContainsRune(p, 0):
+		return errors.New("contains a NUL byte")
+	case path.IsAbs(p):
+		return errors.New("is absolute; name it relative to base (set \"base\" to move base)")
+	}
+	c := path.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return errors.New("leaves base; name a directory beneath base")
+	}
+	return nil
+}
+
+func validateGlob(g string) error {
+	if g == "" || strings.ContainsRune(g, 0) {
+		return errors.New("empty or contains NUL")
+	}
+	if strings.HasPrefix(g, "/") {
+		return errors.New("is absolute; never globs match paths relative to the root")
+	}
+	for _, seg := range strings.Split(g, "/") {
+		if seg == "**" {
+			continue
+		}
+		if _, err := path.Match(seg, ""); err != nil {
+			return fmt.Errorf("bad pattern: %v", err)
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,178 @@
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+)
+
+// Client talks to one sluiced socket. It is safe for concurrent use and
+// keeps connections alive between calls.
+type Client struct {
+	Socket string
+	http   *http.Client
+}
+
+// SocketFromEnv returns $SLUICE_SOCKET, else the default socket.
+func SocketFromEnv() string {
+	if s := os.Getenv("SLUICE_SOCKET"); s != "" {
+		return s
+	}
+	return api.DefaultSocket
+}
+
+// New returns a client for the socket at path.
+func New(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConns:        64,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{Socket: socket, http: &http.Client{Transport: tr}}
+}
+
+// Close drops idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// APIError is a non-decision error from the daemon (400, 403, 413, …).
+type APIError struct {
+	Status int
+	Code   string
+	Msg    string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("sluiced: %d %s: %s", e.Status, e.Code, e.Msg)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://sluice"+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("connect to sluiced at %s: %w", c.Socket, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		var eb api.ErrorBody
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
+			eb.Error = api.ErrorDetail{Code: http.StatusText(resp.StatusCode), Message: string(data)}
+		}
+		return nil, &APIError{Status: resp.StatusCode, Code: eb.Error.Code, Msg: eb.Error.Message}
+	}
+	return resp, nil
+}
+
+func (c *Client) getJSON(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.do(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Call sends one call and returns its decided result (allowed or denied).
+func (c *Client) Call(ctx context.Context, req api.CallRequest) (*api.CallResult, error) {
+	req.Stream = false
+	var res api.CallResult
+	if err := c.getJSON(ctx, http.MethodPost, "/v1/calls", req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// CallRaw posts an arbitrary body (for tests of malformed input) and
+// returns the status and body.
+func (c *Client) CallRaw(ctx context.Context, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://sluice/v1/calls", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, err
+}
+
+// Stream sends a call with stream true and hands each event to fn as it
+// arrives. It returns the final result event's fields.
+func (c *Client) Stream(ctx context.Context, req api.CallRequest, fn func(api.Event) error) (*api.CallResult, error) {
+	req.Stream = true
+	resp, err := c.do(ctx, http.MethodPost, "/v1/calls", req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	for sc.Scan() {
+		var ev api.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("bad event from sluiced: %w", err)
+		}
+		ev.Raw = append(json.RawMessage(nil), sc.Bytes()...)
+		if fn != nil {
+			if err := fn(ev); err != nil {
+				return nil, err
+			}
+		}
+		if ev.Event == api.EventResult {
+			res := ev.CallResult
+			return &res, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("stream ended without a result event")
+}
+
+// Health returns the daemon's health.
+func (c *Client) Health(ctx context.Context) (*api.Health, error) {
+	var h api.Health
+	return &h, c.getJSON(ctx, http.MethodGet, "/v1/health", nil, &h)
+}
+
+// Tools returns the tools this caller may use.
+func (c *Client) Tools(ctx context.Context) (*api.Tools, error) {
+	var t api.Tools
+	return &t, c.getJSON(ctx, http.MethodGet, "/v1/tools", nil, &t)
+}
+
+// Reload asks the daemon to reload its manifest (approvers only).
+func (c *Client) Reload(ctx context.Context) (*api.Health, error) {
+	var h api.Health
+	return &h, c.getJSON(ctx, http.MethodPost, "/v1/reload", nil, &h)
+}

@@ -1,0 +1,338 @@
+package cli
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/client"
+)
+
+// Exit codes.
+const (
+	ExitOK     = 0
+	ExitFailed = 1 // allowed, but the call failed (or the audit is broken)
+	ExitUsage  = 2 // bad usage or cannot reach the daemon
+	ExitDenied = 3
+)
+
+const usage = `sluice — talk to sluiced, the tool-call gate for AI agents.
+
+Usage:
+  sluice [--socket PATH] COMMAND [ARGS]
+
+Commands:
+  call TOOL [--args JSON] [--task ID] [--stream] [--json]
+                      Ask sluiced to run TOOL with JSON args, e.g.
+                        sluice call read_file --args '{"path":"workspace/src/main.py"}'
+                      Prints the output; a denial prints its reason on stderr.
+                      Exit: 0 ran ok, 3 denied, 1 allowed but failed, 2 usage/transport.
+  tools [--json]      List the tools you may call, with their argument schemas.
+  health              Show the daemon's status, version and policy_version.
+  reload              Reload the manifest (approver principals only; SIGHUP does the same).
+  audit verify FILE   Check the audit ledger's hash chain. Exit 0 intact,
+                      1 broken (names the first bad seq).
+  audit tail [-n N] [-f] FILE
+                      Print the last N records as readable lines (-f: keep following).
+
+Global flags:
+  --socket PATH       sluiced's socket (default $SLUICE_SOCKET, else ` + api.DefaultSocket + `)
+  -h, --help          This help; "sluice COMMAND --help" for a command's flags.
+`
+
+// Run runs the CLI with args (without the program name) and returns the
+// process exit code.
+func Run(ctx context.Context, args []string) int {
+	return run(ctx, args, os.Stdout, os.Stderr)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	global := flag.NewFlagSet("sluice", flag.ContinueOnError)
+	global.SetOutput(io.Discard)
+	socket := global.String("socket", client.SocketFromEnv(), "")
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return ExitOK
+		}
+		fmt.Fprintf(stderr, "sluice: %v\n\n%s", err, usage)
+		return ExitUsage
+	}
+	rest := global.Args()
+	if len(rest) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	e := &env{ctx: ctx, socket: *socket, stdout: stdout, stderr: stderr}
+	switch rest[0] {
+	case "call":
+		return e.call(rest[1:])
+	case "tools":
+		return e.tools(rest[1:])
+	case "health":
+		return e.health(rest[1:])
+	case "reload":
+		return e.reload(rest[1:])
+	case "audit":
+		return e.audit(rest[1:])
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", rest[0], usage)
+	return ExitUsage
+}
+
+type env struct {
+	ctx            context.Context
+	socket         string
+	stdout, stderr io.Writer
+}
+
+func (e *env) client() *client.Client { return client.New(e.socket) }
+
+// parse parses flags that may come before or after positional arguments.
+func (e *env) parse(fs *flag.FlagSet, args []string, help string) ([]string, int, bool) {
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&e.socket, "socket", e.socket, "sluiced's socket")
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprint(e.stdout, help)
+				return nil, ExitOK, false
+			}
+			fmt.Fprintf(e.stderr, "sluice %s: %v\n\n%s", fs.Name(), err, help)
+			return nil, ExitUsage, false
+		}
+		if fs.NArg() == 0 {
+			return pos, 0, true
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func (e *env) transportErr(err error) int {
+	fmt.Fprintf(e.stderr, "sluice: %v\n", err)
+	var ae *client.APIError
+	if errors.As(err, &ae) && ae.Status == 403 {
+		return ExitDenied
+	}
+	return ExitUsage
+}
+
+const callHelp = `Usage: sluice call TOOL [--args JSON] [--task ID] [--stream] [--json]
+
+Ask sluiced to run TOOL. The daemon decides from its manifest and your
+peer credentials; the request cannot name who you are.
+
+  --args JSON   the tool's arguments (default {}), e.g. '{"path":"workspace/src/a.py"}'
+  --task ID     a task id, recorded in the audit (cancel and revalidation use it)
+  --stream      print output as it arrives (NDJSON events from the daemon)
+  --json        print the whole result as JSON instead of the output
+
+Exit: 0 allowed and ok, 3 denied, 1 allowed but failed, 2 usage or transport.
+`
+
+func (e *env) call(args []string) int {
+	fs := flag.NewFlagSet("call", flag.ContinueOnError)
+	argsJSON := fs.String("args", "{}", "")
+	task := fs.String("task", "", "")
+	stream := fs.Bool("stream", false, "")
+	asJSON := fs.Bool("json", false, "")
+	pos, code, ok := e.parse(fs, args, callHelp)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(e.stderr, "sluice call: want exactly one TOOL, got %d arguments\n\n%s", len(pos), callHelp)
+		return ExitUsage
+	}
+	if !json.Valid([]byte(*argsJSON)) {
+		fmt.Fprintf(e.stderr, "sluice call: --args is not valid JSON: %s\n", *argsJSON)
+		return ExitUsage
+	}
+	c := e.client()
+	defer c.Close()
+	req := api.CallRequest{Tool: pos[0], Args: json.RawMessage(*argsJSON), Task: *task}
+	var res *api.CallResult
+	var err error
+	if *stream {
+		res, err = c.Stream(e.ctx, req, func(ev api.Event) error {
+			if *asJSON {
+				fmt.Fprintln(e.stdout, string(ev.Raw))
+				return nil
+			}
+			if ev.Event == api.EventOutput {
+				w := e.stdout
+				if ev.Stream == "stderr" {
+					w = e.stderr
+				}
+				if ev.DataB64 != "" {
+					b, _ := base64.StdEncoding.DecodeString(ev.DataB64)
+					w.Write(b)
+				} else {
+					io.WriteString(w, ev.Data)
+				}
+			}
+			return nil
+		})
+	} else {
+		res, err = c.Call(e.ctx, req)
+	}
+	if err != nil {
+		return e.transportErr(err)
+	}
+	if *asJSON && !*stream {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(res)
+	} else if !*stream {
+		if res.OutputB64 != "" {
+			b, _ := base64.StdEncoding.DecodeString(res.OutputB64)
+			e.stdout.Write(b)
+		} else if res.Output != nil {
+			io.WriteString(e.stdout, *res.Output)
+		}
+		if res.Stderr != "" {
+			io.WriteString(e.stderr, res.Stderr)
+		}
+	}
+	switch {
+	case res.Verdict != api.VerdictAllow:
+		if !*asJSON {
+			fmt.Fprintf(e.stderr, "sluice: denied: %s\n", res.Reason)
+		}
+		return ExitDenied
+	case !res.OK:
+		if !*asJSON {
+			msg := "sluice: failed: " + res.Reason
+			if res.ExitCode != nil {
+				msg += fmt.Sprintf(" (exit code %d)", *res.ExitCode)
+			}
+			fmt.Fprintln(e.stderr, msg)
+		}
+		return ExitFailed
+	}
+	if res.Truncated && !*asJSON {
+		fmt.Fprintf(e.stderr, "\nsluice: output truncated at %d bytes (max_bytes)\n", res.Bytes)
+	}
+	return ExitOK
+}
+
+const toolsHelp = `Usage: sluice tools [--json]
+
+List the tools sluiced lets you call. --json prints them with their
+argument schemas, ready to hand to a model as function definitions.
+`
+
+func (e *env) tools(args []string) int {
+	fs := flag.NewFlagSet("tools", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "")
+	pos, code, ok := e.parse(fs, args, toolsHelp)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		fmt.Fprint(e.stderr, toolsHelp)
+		return ExitUsage
+	}
+	c := e.client()
+	defer c.Close()
+	t, err := c.Tools(e.ctx)
+	if err != nil {
+		return e.transportErr(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(t)
+		return ExitOK
+	}
+	if len(t.Tools) == 0 {
+		fmt.Fprintln(e.stderr, "sluice: no tools for you (is your uid mapped to a principal in the manifest?)")
+		return ExitOK
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tOPERATION\tDESCRIPTION")
+	for _, tool := range t.Tools {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", tool.Name, tool.Operation, tool.Description)
+	}
+	tw.Flush()
+	return ExitOK
+}
+
+func (e *env) health(args []string) int {
+	fs := flag.NewFlagSet("health", flag.ContinueOnError)
+	if _, code, ok := e.parse(fs, args, "Usage: sluice health\n\nShow sluiced's status, version and policy_version.\n"); !ok {
+		return code
+	}
+	c := e.client()
+	defer c.Close()
+	h, err := c.Health(e.ctx)
+	if err != nil {
+		return e.transportErr(err)
+	}
+	fmt.Fprintf(e.stdout, "status %s\nversion %s\npolicy_version %s\n", h.Status, h.Version, h.PolicyVersion)
+	return ExitOK
+}
+
+func (e *env) reload(args []string) int {
+	fs := flag.NewFlagSet("reload", flag.ContinueOnError)
+	if _, code, ok := e.parse(fs, args, "Usage: sluice reload\n\nReload sluiced's manifest (approver principals only). An invalid\nmanifest is refused and the current one stays in force.\n"); !ok {
+		return code
+	}
+	c := e.client()
+	defer c.Close()
+	h, err := c.Reload(e.ctx)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "sluice: %v\n", err)
+		return ExitFailed
+	}
+	fmt.Fprintf(e.stdout, "reloaded: policy_version %s\n", h.PolicyVersion)
+	return ExitOK
+}
+
+const auditHelp = `Usage:
+  sluice audit verify FILE        check the hash chain; exit 0 intact, 1 broken
+  sluice audit tail [-n N] [-f] FILE
+                                  print the last N records (default 20); -f follows
+
+FILE is the ledger, STATE_DIR/audit.jsonl (default /var/lib/sluice/audit.jsonl).
+`
+
+func (e *env) audit(args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		if len(args) == 0 {
+			fmt.Fprint(e.stderr, auditHelp)
+			return ExitUsage
+		}
+		fmt.Fprint(e.stdout, auditHelp)
+		return ExitOK
+	}
+	switch args[0] {
+	case "verify":
+		return e.auditVerify(args[1:])
+	case "tail":
+		return e.auditTail(args[1:])
+	}
+	fmt.Fprintf(e.stderr, "sluice audit: unknown subcommand %q\n\n%s", args[0], auditHelp)
+	return ExitUsage
+}
+
+func oneFile(e *env, pos []string, help string) (string, bool) {
+	if len(pos) != 1 {
+		fmt.Fprintf(e.stderr, "want one FILE\n\n%s", help)
+		return "", false
+	}
+	return strings.TrimSpace(pos[0]), true
+}

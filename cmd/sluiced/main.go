@@ -1,0 +1,62 @@
+// Command sluiced is the sluice daemon. It parses flags into a
+// daemon.Config and runs it until SIGTERM or SIGINT; SIGHUP reloads the
+// manifest. All behaviour lives in package daemon.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/daemon"
+	"github.com/sluicehq/sluice/sandbox"
+)
+
+// A container's init is this same binary re-executed as "sluiced init":
+// catch it before flags are parsed.
+func init() { sandbox.MaybeInit() }
+
+func main() {
+	var cfg daemon.Config
+	fs := flag.NewFlagSet("sluiced", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `sluiced — authorizes AI agents' tool calls, runs them contained, audits them.
+
+Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--log-level LEVEL]
+
+Serves HTTP/1.1 on a unix socket; the caller's identity is the socket's peer
+credentials. SIGHUP reloads the manifest (an invalid one is refused and the
+current one stays); SIGTERM shuts down gracefully.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.Manifest, "manifest", "", "manifest file (JSON, schema_version 1); required")
+	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket to listen on")
+	fs.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "state directory; the audit ledger is STATE_DIR/audit.jsonl")
+	level := fs.String("log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
+	fs.Parse(os.Args[1:])
+	if cfg.Manifest == "" || fs.NArg() > 0 {
+		fs.Usage()
+		os.Exit(2)
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(os.Stderr, "sluiced: --log-level: %v\n", err)
+		os.Exit(2)
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := daemon.Run(ctx, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "sluiced: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,204 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/internal/securefs"
+)
+
+// Config is everything sluiced needs; cmd/sluiced fills it from flags.
+type Config struct {
+	Manifest string // path of the manifest file
+	Socket   string // unix socket path; default api.DefaultSocket
+	StateDir string // holds audit.jsonl; default /var/lib/sluice
+	Logger   *slog.Logger
+
+	// MaxBodyBytes bounds a request body (default 1 MiB).
+	MaxBodyBytes int64
+	// MaxConns bounds open connections (default 1024).
+	MaxConns int
+	// ReadTimeout bounds reading one request, headers and body, so a
+	// client that dribbles bytes cannot pin a connection (default 10 s).
+	ReadTimeout time.Duration
+	// ResolveMode selects the path resolver (tests force the fallback).
+	ResolveMode securefs.Mode
+	// Ready, if set, is called once the socket is listening.
+	Ready func()
+}
+
+// DefaultStateDir is where the audit ledger lives by default.
+const DefaultStateDir = "/var/lib/sluice"
+
+func (c *Config) setDefaults() {
+	if c.Socket == "" {
+		c.Socket = api.DefaultSocket
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 1024
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 10 * time.Second
+	}
+}
+
+// Daemon is a running sluiced.
+type Daemon struct {
+	cfg    Config
+	log    *slog.Logger
+	ledger *audit.Ledger
+
+	mu  sync.RWMutex
+	pol *policy
+
+	reloadMu sync.Mutex
+}
+
+// Run starts sluiced and serves until ctx is done, then shuts down
+// gracefully: no new connections, in-flight calls finish (up to 10 s), the
+// ledger is synced and closed, the socket removed.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.setDefaults()
+	d := &Daemon{cfg: cfg, log: cfg.Logger}
+	if cfg.Manifest == "" {
+		return errors.New("no manifest: pass --manifest FILE")
+	}
+	pol, err := loadPolicy(cfg.Manifest, cfg.ResolveMode, d.log)
+	if err != nil {
+		return err
+	}
+	d.pol = pol
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	ledger, rec, err := audit.Open(filepath.Join(cfg.StateDir, "audit.jsonl"))
+	if err != nil {
+		return err
+	}
+	defer ledger.Close()
+	d.ledger = ledger
+	if rec.CutBytes > 0 {
+		d.log.Warn("audit ledger had a torn last record; cut it", "bytes", rec.CutBytes, "after_seq", rec.LastSeq)
+	}
+	if err := d.auditPolicy(pol, "start"); err != nil {
+		return err
+	}
+
+	ln, err := listenUnix(cfg.Socket)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           d.routes(),
+		ConnContext:       connContext,
+		ReadHeaderTimeout: cfg.ReadTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    32 << 10,
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	serveErr := make(chan error, 1)
+	go func() {
+		serveErr <- srv.Serve(&limitListener{Listener: ln, sem: make(chan struct{}, cfg.MaxConns)})
+	}()
+	d.log.Info("sluiced ready", "socket", cfg.Socket, "manifest", pol.path,
+		"policy_version", pol.m.Version, "audit", ledger.Path(), "resolver", pol.base.Mode().String())
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
+	for {
+		select {
+		case <-hup:
+			if _, err := d.reload(); err != nil {
+				d.log.Error("reload refused; keeping the current manifest", "err", err)
+			}
+		case err := <-serveErr:
+			d.closePolicy()
+			return fmt.Errorf("serve: %w", err)
+		case <-ctx.Done():
+			d.log.Info("shutting down")
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := srv.Shutdown(sctx)
+			cancel()
+			if err != nil {
+				srv.Close()
+			}
+			d.closePolicy()
+			return nil
+		}
+	}
+}
+
+func (d *Daemon) closePolicy() {
+	d.mu.Lock()
+	p := d.pol
+	d.mu.Unlock()
+	p.retire()
+}
+
+// acquire returns the current policy, held until release.
+func (d *Daemon) acquire() *policy {
+	d.mu.RLock()
+	p := d.pol
+	p.users.Add(1)
+	d.mu.RUnlock()
+	return p
+}
+
+// reload loads the manifest again and swaps it in atomically. An invalid
+// manifest leaves the current one in force.
+func (d *Daemon) reload() (*policy, error) {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	np, err := loadPolicy(d.cfg.Manifest, d.cfg.ResolveMode, d.log)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.auditPolicy(np, "reload"); err != nil {
+		np.close()
+		return nil, err
+	}
+	d.mu.Lock()
+	old := d.pol
+	d.pol = np
+	d.mu.Unlock()
+	old.retire()
+	d.log.Info("manifest reloaded", "policy_version", np.m.Version, "previous", old.m.Version)
+	return np, nil
+}
+
+func (d *Daemon) auditPolicy(p *policy, why string) error {
+	err := d.ledger.AppendSync(&audit.Record{
+		Kind:          audit.KindPolicyLoaded,
+		PolicyVersion: p.m.Version,
+		Detail:        why + ": " + p.path,
+	})
+	if err != nil {
+		return fmt.Errorf("audit policy_loaded: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"path"
+	"runtime"
+	"sort"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/securefs"
+)
+
+// maxListScan bounds how many directory entries one list call reads.
+const maxListScan = 100_000
+
+// readCapped reads at most max bytes of the resolved regular file, reading
+// one byte more to learn whether there was more (truncated). The file is
+// opened through its resolved fd, never by path. A sparse 1 TiB file costs
+// one read of max+1 bytes.
+func readCapped(h *securefs.Handle, max int64) ([]byte, bool, error) {
+	f, err := h.Open()
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	buf := make([]byte, max+1)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return nil, false, err
+	}
+	data := buf[:n]
+	truncated := int64(n) > max
+	if truncated {
+		data = trimToRune(data[:max])
+	}
+	return data, truncated, nil
+}
+
+// trimToRune drops an incomplete UTF-8 sequence that the cap cut in half,
+// so that cut text stays text (and is returned as output, not base64).
+func trimToRune(b []byte) []byte {
+	if utf8.Valid(b) {
+		return b
+	}
+	for k := 1; k <= 3 && k <= len(b); k++ {
+		if utf8.Valid(b[:len(b)-k]) {
+			return b[:len(b)-k]
+		}
+	}
+	return b
+}
+
+type listEntry struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+}
+
+// listDir lists the resolved directory: one JSON object per line, sorted by
+// name, symlinks reported as links (lstat, never followed), names hidden by
+// the tool's never globs left out. Output stops at a whole line within max
+// bytes; truncated says more existed.
+func listDir(h *securefs.Handle, t *authz.Tool, rel string, max int64) ([]byte, bool, error) {
+	f, err := h.Open()
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	var names []string
+	truncated := false
+	for {
+		batch, err := f.Readdirnames(1024)
+		names = append(names, batch...)
+		if len(names) >= maxListScan {
+			names, truncated = names[:maxListScan], true
+			break
+		}
+		if errors.Is(err, io.EOF) || len(batch) == 0 {
+			break
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	sort.Strings(names)
+	dfd := int(f.Fd())
+	var out bytes.Buffer
+	for _, name := range names {
+		if authz.NeverMatch(t, path.Join(rel, name)) {
+			continue
+		}
+		var st unix.Stat_t
+		e := listEntry{Name: name, Type: "other"}
+		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			e.Type = entryType(st.Mode)
+			if e.Type == "file" {
+				e.Size = st.Size
+			}
+		} else if err == unix.ENOENT {
+			continue // removed while we listed
+		}
+		line, _ := json.Marshal(e)
+		if int64(out.Len()+len(line)+1) > max {
+			truncated = true
+			break
+		}
+		out.Write(line)
+		out.WriteByte('\n')
+	}
+	runtime.KeepAlive(f)
+	return out.Bytes(), truncated, nil
+}
+
+func entryType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "dir"
+	case unix.S_IFLNK:
+		return "symlink"
+	}
+	return "other"
+}

@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/authz"
+)
+
+type route struct {
+	method string
+	prefix bool
+	h      func(http.ResponseWriter, *http.Request, Peer)
+}
+
+// routes is a small exact-path router, so that 404 and 405 answer in JSON
+// like everything else.
+func (d *Daemon) routes() http.Handler {
+	table := map[string]route{
+		"/v1/calls":  {method: http.MethodPost, h: d.handleCall},
+		"/v1/health": {method: http.MethodGet, h: d.handleHealth},
+		"/v1/tools":  {method: http.MethodGet, h: d.handleTools},
+		"/v1/reload": {method: http.MethodPost, h: d.handleReload},
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		peer, ok := peerFrom(r.Context())
+		if !ok {
+			// No kernel-attested identity, no service.
+			writeError(w, http.StatusForbidden, api.ErrForbidden, "peer credentials unavailable")
+			return
+		}
+		rt, ok := table[r.URL.Path]
+		if !ok || strings.Contains(r.URL.Path, "..") {
+			writeError(w, http.StatusNotFound, api.ErrNotFound, "no such endpoint: "+r.URL.Path)
+			return
+		}
+		if r.Method != rt.method {
+			w.Header().Set("Allow", rt.method)
+			writeError(w, http.StatusMethodNotAllowed, api.ErrMethodNotAllowed, r.Method+" not allowed; use "+rt.method)
+			return
+		}
+		rt.h(w, r, peer)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+}
+
+func (d *Daemon) handleHealth(w http.ResponseWriter, r *http.Request, _ Peer) {
+	p := d.acquire()
+	defer p.release()
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: api.Version, PolicyVersion: p.m.Version})
+}
+
+func (d *Daemon) handleTools(w http.ResponseWriter, r *http.Request, peer Peer) {
+	p := d.acquire()
+	defer p.release()
+	name, _ := p.m.Identify(peer.UID, peer.GID)
+	out := api.Tools{Tools: []api.Tool{}}
+	for _, tn := range p.m.ToolNames(name) {
+		t := p.m.Tools[tn]
+		out.Tools = append(out.Tools, api.Tool{
+			Name: tn, Operation: t.Operation, Description: describe(tn, t), ArgsSchema: argsSchema(t),
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request, peer Peer) {
+	p := d.acquire()
+	name, _ := p.m.Identify(peer.UID, peer.GID)
+	approver := p.m.IsApprover(name, peer.UID)
+	p.release()
+	if !approver {
+		writeError(w, http.StatusForbidden, api.ErrForbidden, "only an approver principal may reload the manifest")
+		return
+	}
+	np, err := d.reload()
+	if err != nil {
+		d.log.Error("reload refused; keeping the current manifest", "err", err)
+		code := http.StatusInternalServerError
+		if errors.Is(err, authz.ErrInvalidManifest) {
+			code = http.StatusUnprocessableEntity
+		}
+		writeError(w, code, "invalid_manifest", err.Error()+" (the previous manifest stays in force)")
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: api.Version, PolicyVersion: np.m.Version})
+}

@@ -1,0 +1,99 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/securefs"
+)
+
+// policy is a loaded manifest plus the root fds it resolves through. It is
+// swapped atomically on reload; in-flight calls keep the one they started
+// with, and its fds are closed when the last of them finishes.
+type policy struct {
+	m     *authz.Manifest
+	path  string
+	base  *securefs.Root
+	roots map[string][]*securefs.Root // tool -> one per manifest root; nil where missing
+
+	users   atomic.Int64
+	retired atomic.Bool
+	once    sync.Once
+}
+
+// loadPolicy reads and validates the manifest and opens base and every
+// file tool's roots. base must exist; a missing root is logged and its
+// paths resolve to not_found until a reload finds it.
+func loadPolicy(manifestPath string, mode securefs.Mode, log *slog.Logger) (*policy, error) {
+	abs, err := filepath.Abs(manifestPath)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	m, err := authz.Parse(bytes.NewReader(data), filepath.Dir(abs))
+	if err != nil {
+		return nil, err
+	}
+	base, err := securefs.OpenRoot(m.BaseDir, mode)
+	if err != nil {
+		return nil, fmt.Errorf("manifest base %s: %w", m.BaseDir, err)
+	}
+	p := &policy{m: m, path: abs, base: base, roots: map[string][]*securefs.Root{}}
+	for name, t := range m.Tools {
+		if len(t.Roots) == 0 {
+			continue
+		}
+		rs := make([]*securefs.Root, len(t.Roots))
+		for i, r := range t.Roots {
+			root, err := base.OpenRootBeneath(filepath.Clean(r))
+			switch {
+			case err == nil:
+				rs[i] = root
+			case errors.Is(err, securefs.ErrNotExist):
+				log.Warn("root does not exist; its paths are not_found until a reload finds it",
+					"tool", name, "root", r, "base", m.BaseDir)
+			default:
+				p.close()
+				return nil, fmt.Errorf("manifest: tools.%s.roots[%d]: %q: %w", name, i, r, err)
+			}
+		}
+		p.roots[name] = rs
+	}
+	return p, nil
+}
+
+func (p *policy) close() {
+	p.once.Do(func() {
+		for _, rs := range p.roots {
+			for _, r := range rs {
+				if r != nil {
+					r.Close()
+				}
+			}
+		}
+		p.base.Close()
+	})
+}
+
+func (p *policy) release() {
+	if p.users.Add(-1) == 0 && p.retired.Load() {
+		p.close()
+	}
+}
+
+func (p *policy) retire() {
+	p.retired.Store(true)
+	if p.users.Load() == 0 {
+		p.close()
+	}
+}

@@ -1,0 +1,361 @@
+package securefs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sentinel errors. Callers classify with errors.Is; the wrapped errno is
+// kept for logs.
+var (
+	// ErrPathEscapes: resolution would leave the root (EXDEV from openat2:
+	// "..", an absolute or climbing symlink), or crossed a magic link or a
+	// symlink loop (ELOOP).
+	ErrPathEscapes = errors.New("path escapes the root")
+	// ErrNotExist: a component is missing (or is not a directory) beneath
+	// the root. Only ever returned for lookups that stayed beneath it.
+	ErrNotExist = fs.ErrNotExist
+	// ErrInvalidPath: the kernel refused the name itself (ENAMETOOLONG).
+	ErrInvalidPath = errors.New("invalid path")
+	// ErrNotSupported: the kernel lacks openat2; the fallback is used.
+	ErrNotSupported = errors.New("openat2 not supported by this kernel")
+)
+
+// Mode selects the resolver.
+type Mode int
+
+const (
+	// ModeAuto uses openat2 and falls back to os.Root on ENOSYS.
+	ModeAuto Mode = iota
+	// ModeOpenat2 uses openat2 only; ENOSYS is an error.
+	ModeOpenat2
+	// ModeFallback uses the os.Root resolver only (for tests and old kernels).
+	ModeFallback
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeOpenat2:
+		return "openat2"
+	case ModeFallback:
+		return "fallback"
+	}
+	return "auto"
+}
+
+// noOpenat2 latches once the kernel has said ENOSYS.
+var noOpenat2 atomic.Bool
+
+// maxRetries bounds EAGAIN retries: openat2 returns EAGAIN when a rename or
+// mount raced a ".." lookup; an attacker renaming in a loop must not be
+// able to spin the daemon forever.
+const maxRetries = 128
+
+// Root is a directory held open by fd. Everything resolved through it lies
+// beneath it, by the kernel's word.
+type Root struct {
+	fd     *os.File // O_PATH|O_DIRECTORY
+	osRoot *os.Root // only in fallback mode
+	mode   Mode
+}
+
+// OpenRoot opens dir, an absolute path from trusted configuration, as a root.
+func OpenRoot(dir string, mode Mode) (*Root, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open root %s: %w", dir, classify(err))
+	}
+	return newRoot(os.NewFile(uintptr(fd), dir), mode)
+}
+
+func newRoot(f *os.File, mode Mode) (*Root, error) {
+	r := &Root{fd: f, mode: mode}
+	if r.useFallback() {
+		or, err := os.OpenRoot(procPath(f))
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("open root %s: %w", f.Name(), err)
+		}
+		r.osRoot = or
+	}
+	return r, nil
+}
+
+func (r *Root) useFallback() bool {
+	return r.mode == ModeFallback || (r.mode == ModeAuto && noOpenat2.Load())
+}
+
+// Mode reports the resolver this root uses.
+func (r *Root) Mode() Mode {
+	if r.useFallback() {
+		return ModeFallback
+	}
+	return ModeOpenat2
+}
+
+// Close releases the root's fds.
+func (r *Root) Close() error {
+	if r.osRoot != nil {
+		r.osRoot.Close()
+	}
+	return r.fd.Close()
+}
+
+// Fd returns the O_PATH fd of the root (valid while r is open).
+func (r *Root) Fd() uintptr { return r.fd.Fd() }
+
+// Path returns the root's current absolute path, as the kernel names it.
+func (r *Root) Path() (string, error) { return fdPath(r.fd) }
+
+// OpenRootBeneath opens a directory beneath r as a new root: how the daemon
+// turns a manifest's roots, relative to base, into held fds.
+func (r *Root) OpenRootBeneath(unsafePath string) (*Root, error) {
+	h, err := r.Resolve(unsafePath)
+	if err != nil {
+		return nil, err
+	}
+	if h.Kind != KindDir {
+		h.Close()
+		return nil, fmt.Errorf("open root %s: %w", unsafePath, unix.ENOTDIR)
+	}
+	if h.mode == ModeFallback {
+		// The fallback handle is O_RDONLY; a root wants O_PATH.
+		fd, err := unix.Open(procPath(h.f), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		runtime.KeepAlive(h.f)
+		h.Close()
+		if err != nil {
+			return nil, fmt.Errorf("open root %s: %w", unsafePath, classify(err))
+		}
+		return newRoot(os.NewFile(uintptr(fd), unsafePath), r.mode)
+	}
+	return newRoot(h.f, r.mode)
+}
+
+// File kinds, from fstat of the resolved fd.
+const (
+	KindFile    = "file"
+	KindDir     = "dir"
+	KindSymlink = "symlink"
+	KindFIFO    = "fifo"
+	KindSocket  = "socket"
+	KindDevice  = "device"
+	KindOther   = "other"
+)
+
+// Handle is a resolved path: an fd on the object (O_PATH with openat2) and
+// what fstat said of it.
+type Handle struct {
+	f    *os.File
+	mode Mode
+	Kind string
+	Stat unix.Stat_t
+}
+
+// Close releases the handle's fd.
+func (h *Handle) Close() error {
+	if h.f == nil {
+		return nil
+	}
+	return h.f.Close()
+}
+
+// Path returns the absolute path of the resolved object, as the kernel
+// names the fd (readlink /proc/self/fd/N): what was really opened.
+func (h *Handle) Path() (string, error) {
+	if h.f == nil {
+		return "", fmt.Errorf("path: %w", unix.ENXIO)
+	}
+	return fdPath(h.f)
+}
+
+// Resolve resolves unsafePath beneath r, following symlinks only while they
+// stay beneath r, and returns a handle on what it names. The final
+// component's symlink is followed too; a path naming a symlink that leaves
+// the root fails with ErrPathEscapes.
+func (r *Root) Resolve(unsafePath string) (*Handle, error) {
+	if strings.IndexByte(unsafePath, 0) >= 0 {
+		return nil, fmt.Errorf("resolve %q: %w", unsafePath, ErrInvalidPath)
+	}
+	if r.useFallback() {
+		return r.resolveFallback(unsafePath)
+	}
+	how := unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	var fd int
+	var err error
+	for range maxRetries {
+		fd, err = unix.Openat2(int(r.fd.Fd()), unsafePath, &how)
+		if err != unix.EAGAIN && err != unix.EINTR {
+			break
+		}
+	}
+	runtime.KeepAlive(r.fd)
+	if err == unix.ENOSYS {
+		if r.mode == ModeOpenat2 {
+			return nil, fmt.Errorf("resolve %q: %w", unsafePath, ErrNotSupported)
+		}
+		noOpenat2.Store(true)
+		if r.osRoot == nil {
+			or, oerr := os.OpenRoot(procPath(r.fd))
+			if oerr != nil {
+				return nil, fmt.Errorf("resolve %q: open fallback root: %w", unsafePath, oerr)
+			}
+			r.osRoot = or
+		}
+		return r.resolveFallback(unsafePath)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve %q: %w", unsafePath, classify(err))
+	}
+	f := os.NewFile(uintptr(fd), unsafePath)
+	h := &Handle{f: f, mode: ModeOpenat2}
+	if err := h.stat(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// resolveFallback uses os.Root, which opens one component at a time with
+// O_NOFOLLOW and resolves symlinks itself, refusing any that leave the root.
+// It cannot open O_PATH (the last component would be the link itself), so it
+// opens O_RDONLY|O_NONBLOCK: a FIFO opens without blocking, then fstat
+// tells the caller what it got.
+func (r *Root) resolveFallback(unsafePath string) (*Handle, error) {
+	f, err := r.osRoot.OpenFile(unsafePath, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		var errno unix.Errno
+		if errors.As(err, &errno) && errno == unix.ENXIO {
+			// A unix socket cannot be opened; stat says what it is.
+			if fi, serr := r.osRoot.Stat(unsafePath); serr == nil && fi.Mode()&fs.ModeSocket != 0 {
+				return &Handle{mode: ModeFallback, Kind: KindSocket}, nil
+			}
+		}
+		return nil, fmt.Errorf("resolve %q: %w", unsafePath, classifyRootErr(err))
+	}
+	h := &Handle{f: f, mode: ModeFallback}
+	if err := h.stat(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Handle) stat() error {
+	if err := unix.Fstat(int(h.f.Fd()), &h.Stat); err != nil {
+		return fmt.Errorf("fstat: %w", err)
+	}
+	runtime.KeepAlive(h.f)
+	h.Kind = kindOf(h.Stat.Mode)
+	return nil
+}
+
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return KindFile
+	case unix.S_IFDIR:
+		return KindDir
+	case unix.S_IFLNK:
+		return KindSymlink
+	case unix.S_IFIFO:
+		return KindFIFO
+	case unix.S_IFSOCK:
+		return KindSocket
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return KindDevice
+	}
+	return KindOther
+}
+
+// Open returns a file open for reading on the handle's object: a regular
+// file or a directory, nothing else (a FIFO or device is refused before
+// any open that could block or have side effects). The O_PATH fd is
+// re-opened through /proc/self/fd, which names the same inode: there is no
+// second lookup by path.
+func (h *Handle) Open() (*os.File, error) {
+	if h.f == nil {
+		return nil, fmt.Errorf("open: %w", unix.ENXIO)
+	}
+	flags := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY
+	switch h.Kind {
+	case KindFile:
+	case KindDir:
+		flags |= unix.O_DIRECTORY
+	default:
+		return nil, fmt.Errorf("open %s: refusing a %s", h.f.Name(), h.Kind)
+	}
+	if h.mode == ModeFallback {
+		// Already open for reading; hand out an independent fd.
+		fd, err := unix.FcntlInt(h.f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		runtime.KeepAlive(h.f)
+		if err != nil {
+			return nil, fmt.Errorf("dup: %w", err)
+		}
+		if err := unix.SetNonblock(fd, false); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		return os.NewFile(uintptr(fd), h.f.Name()), nil
+	}
+	fd, err := unix.Open(procPath(h.f), flags, 0)
+	runtime.KeepAlive(h.f)
+	if err != nil {
+		return nil, fmt.Errorf("reopen %s: %w", h.f.Name(), err)
+	}
+	return os.NewFile(uintptr(fd), h.f.Name()), nil
+}
+
+func procPath(f *os.File) string {
+	return "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+}
+
+func fdPath(f *os.File) (string, error) {
+	p, err := os.Readlink(procPath(f))
+	runtime.KeepAlive(f)
+	if err != nil {
+		return "", fmt.Errorf("readlink fd: %w", err)
+	}
+	return p, nil
+}
+
+// classify maps an errno from openat2 or open to a sentinel.
+func classify(err error) error {
+	switch err {
+	case unix.EXDEV, unix.ELOOP:
+		return fmt.Errorf("%w (%v)", ErrPathEscapes, err)
+	case unix.ENOENT, unix.ENOTDIR:
+		return fmt.Errorf("%w (%v)", ErrNotExist, err)
+	case unix.ENAMETOOLONG, unix.EINVAL:
+		return fmt.Errorf("%w (%v)", ErrInvalidPath, err)
+	}
+	return err
+}
+
+// classifyRootErr maps os.Root's errors. Anything it does not name as
+// missing or invalid is treated as an escape: fail closed.
+func classifyRootErr(err error) error {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case unix.ENOENT, unix.ENOTDIR:
+			return fmt.Errorf("%w (%v)", ErrNotExist, err)
+		case unix.ENAMETOOLONG, unix.EINVAL:
+			return fmt.Errorf("%w (%v)", ErrInvalidPath, err)
+		}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w (%v)", ErrNotExist, err)
+	}
+	return fmt.Errorf("%w (%v)", ErrPathEscapes, err)
+}

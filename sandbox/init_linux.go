@@ -1,0 +1,25 @@
+package sandbox
+
+import (
+	"os"
+
+	"github.com/opencontainers/runc/libcontainer"
+	// nsenter's C constructor joins the container's namespaces before the
+	// Go runtime starts in a container's init process; it must be linked
+	// into the daemon binary.
+	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+)
+
+// InitArg is the argument libcontainer re-executes the daemon binary with
+// to become a container's init.
+const InitArg = "init"
+
+// MaybeInit turns this process into a container's init when it was started
+// as one, and never returns in that case. sluiced calls it from an init()
+// before any flag parsing. Every package init() of the daemon runs again in
+// each container's init, so they must stay cheap.
+func MaybeInit() {
+	if len(os.Args) > 1 && os.Args[1] == InitArg {
+		libcontainer.Init()
+	}
+}

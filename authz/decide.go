@@ -1,8 +1,6 @@
 package authz
 
 import (
-	"fmt"
-	"path"
 	"slices"
 	"strings"
 
@@ -100,37 +98,93 @@ type RootMatch struct {
 	Index int    // index into the tool's roots
 	Root  string // the root as written, cleaned
 	Rel   string // the rest of the path, "." for the root itself
+
+	comps []string
 }
 
 // MatchRoots returns the roots whose components begin the path, in manifest
 // order. Only empty and "." components are dropped before comparing, as the
-// kernel ignores them too. A path that matches no root is outside_roots
-// without the filesystem being consulted: no oracle outside the roots.
+// kernel ignores them too. A rest that climbs above the root by its ".."
+// alone ("a/b/../../../x") is not under that root, whether or not a/b
+// exists. A path that matches no root is outside_roots without the
+// filesystem being consulted: no oracle outside the roots.
 func MatchRoots(t *Tool, unsafePath string) []RootMatch {
-	comps := splitPath(unsafePath)
-	var out []RootMatch
-	for i, r := range t.Roots {
-		rc := splitPath(r)
-		if len(rc) > len(comps) || !slices.Equal(rc, comps[:len(rc)]) {
-			continue
+	out := matchRoots(nil, t.index(), splitPath(unsafePath, nil))
+	for i := range out {
+		if len(out[i].comps) > 0 {
+			out[i].Rel = strings.Join(out[i].comps, "/")
 		}
-		rel := strings.Join(comps[len(rc):], "/")
-		if rel == "" {
-			rel = "."
-		}
-		out = append(out, RootMatch{Index: i, Root: path.Clean(r), Rel: rel})
 	}
 	return out
 }
 
-func splitPath(p string) []string {
-	var out []string
-	for _, c := range strings.Split(p, "/") {
+// matchRoots appends the matches to out; Rel is left "." (MatchRoots fills
+// it), so that Decide, which needs only the components, allocates nothing.
+func matchRoots(out []RootMatch, ix *toolIndex, comps []string) []RootMatch {
+	for i, rc := range ix.roots {
+		if len(rc) > len(comps) || !equalPrefix(rc, comps) {
+			continue
+		}
+		rest := comps[len(rc):]
+		if climbs(rest) {
+			continue
+		}
+		out = append(out, RootMatch{Index: i, Root: ix.rootClean[i], Rel: ".", comps: rest})
+	}
+	return out
+}
+
+func equalPrefix(prefix, comps []string) bool {
+	for i, c := range prefix {
+		if comps[i] != c {
+			return false
+		}
+	}
+	return true
+}
+
+// climbs reports whether ".." components alone take the path above its
+// start. Only a denial follows from it; what stays below is still the
+// kernel's to resolve.
+func climbs(comps []string) bool {
+	depth := 0
+	for _, c := range comps {
+		if c == ".." {
+			if depth--; depth < 0 {
+				return true
+			}
+		} else {
+			depth++
+		}
+	}
+	return false
+}
+
+// splitPath splits p into its components, dropping empty and "." ones,
+// appending to buf (pass a stack array's slice to avoid allocating).
+func splitPath(p string, buf []string) []string {
+	out := buf[:0]
+	for c := range strings.SplitSeq(p, "/") {
 		if c != "" && c != "." {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// sameComps reports whether rel has exactly the components comps.
+func sameComps(rel string, comps []string) bool {
+	i := 0
+	for c := range strings.SplitSeq(rel, "/") {
+		if c == "" || c == "." {
+			continue
+		}
+		if i >= len(comps) || comps[i] != c {
+			return false
+		}
+		i++
+	}
+	return i == len(comps)
 }
 
 // Resolution outcomes, set by the daemon from what the kernel said.
@@ -213,7 +267,8 @@ func Decide(m *Manifest, req *Request) Decision {
 	if !ok {
 		return deny(api.ReasonUnknownTool, "")
 	}
-	tkey := "tools." + req.Tool
+	ix := t.index()
+	tkey := ix.key
 	if !m.MayCall(req.Principal, req.Tool) {
 		if req.Principal == "" {
 			return deny(api.ReasonPrincipalNotAllowed, "principals")
@@ -226,9 +281,9 @@ func Decide(m *Manifest, req *Request) Decision {
 	var d Decision
 	switch t.Operation {
 	case api.OpRead, api.OpList, api.OpWrite:
-		d = decidePath(t, tkey, req)
+		d = decidePath(t, ix, req)
 	case api.OpExecute:
-		d = decideExec(t, tkey, req)
+		d = decideExec(t, ix, req)
 	default:
 		return deny(api.ReasonInternalError, tkey)
 	}
@@ -244,7 +299,8 @@ func Decide(m *Manifest, req *Request) Decision {
 	return d
 }
 
-func decideExec(t *Tool, tkey string, req *Request) Decision {
+func decideExec(t *Tool, ix *toolIndex, req *Request) Decision {
+	tkey := ix.key
 	argv := req.Argv
 	if argv == nil {
 		if len(t.Commands) != 1 {
@@ -254,60 +310,64 @@ func decideExec(t *Tool, tkey string, req *Request) Decision {
 	}
 	for i, c := range t.Commands {
 		if slices.Equal(c, argv) {
-			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: fmt.Sprintf("%s.commands[%d]", tkey, i)}
+			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: ix.commandKeys[i]}
 		}
 	}
 	return deny(api.ReasonCommandNotAllowed, tkey+".commands")
 }
 
-func decidePath(t *Tool, tkey string, req *Request) Decision {
+func decidePath(t *Tool, ix *toolIndex, req *Request) Decision {
+	tkey := ix.key
 	if req.Path == nil {
 		return deny(api.ReasonInvalidArgs, tkey)
 	}
 	if r := CheckPath(*req.Path); r != "" {
 		return deny(r, tkey)
 	}
-	matches := MatchRoots(t, *req.Path)
+	var compBuf [32]string
+	var matchBuf [8]RootMatch
+	matches := matchRoots(matchBuf[:0], ix, splitPath(*req.Path, compBuf[:0]))
 	if len(matches) == 0 {
 		return deny(api.ReasonOutsideRoots, tkey+".roots")
+	}
+	// never, on the path as requested: denied before the kernel is asked,
+	// so a hidden name is never probed for existence.
+	for _, m := range matches {
+		if gi, hit := neverMatchComps(ix.never, m.comps); hit {
+			return deny(api.ReasonNeverListed, ix.neverKeys[gi])
+		}
 	}
 	if len(req.Resolved) != len(matches) {
 		// The caller did not resolve what it had to: fail closed.
 		return deny(api.ReasonInternalError, tkey)
 	}
-	// never, on the path as requested: denied before the kernel is asked,
-	// so a hidden name is never probed for existence.
-	for _, m := range matches {
-		if gi, hit := neverMatch(t.Never, m.Rel); hit {
-			return deny(api.ReasonNeverListed, fmt.Sprintf("%s.never[%d]", tkey, gi))
-		}
-	}
 	// The first root that resolves decides. Otherwise report the most
 	// specific failure among roots the path lay under.
 	var best Decision
 	bestRank := -1
-	for i, res := range req.Resolved {
-		rootKey := fmt.Sprintf("%s.roots[%d]", tkey, matches[i].Index)
+	for i := range req.Resolved {
+		res := &req.Resolved[i]
+		rootKey := ix.rootKeys[matches[i].Index]
 		if res.Outcome != OutcomeOK {
 			d, rank := outcomeDenial(res.Outcome, rootKey)
 			if rank > bestRank {
 				best, bestRank = d, rank
-				r := res
-				best.Resource = &r
+				best.Resource = res
 			}
 			continue
 		}
-		res := res
 		// never, on what the kernel resolved (a symlink named innocently
 		// may lead to .env): as a path from the root and by every
 		// component's name.
-		if gi, hit := neverMatch(t.Never, res.Rel); hit {
-			d := deny(api.ReasonNeverListed, fmt.Sprintf("%s.never[%d]", tkey, gi))
-			d.Resource = &res
-			return d
+		if !sameComps(res.Rel, matches[i].comps) {
+			if gi, hit := neverMatch(ix.never, res.Rel); hit {
+				d := deny(api.ReasonNeverListed, ix.neverKeys[gi])
+				d.Resource = res
+				return d
+			}
 		}
 		d := kindCheck(t.Operation, res.Kind, rootKey)
-		d.Resource = &res
+		d.Resource = res
 		return d
 	}
 	return best
@@ -357,28 +417,33 @@ func kindCheck(op, kind, rootKey string) Decision {
 // NeverMatch reports whether a path relative to a root is hidden by the
 // tool's never globs, for list filtering.
 func NeverMatch(t *Tool, rel string) bool {
-	_, hit := neverMatch(t.Never, rel)
+	_, hit := neverMatch(t.index().never, rel)
 	return hit
 }
 
-// neverMatch checks rel and each of its ancestors: a glob without '/'
-// against the component's name, one with '/' against the path from the root
-// ('**' spans any number of components). Hiding a directory hides all below.
-func neverMatch(globs []string, rel string) (int, bool) {
+func neverMatch(globs []glob, rel string) (int, bool) {
 	if len(globs) == 0 {
 		return 0, false
 	}
-	comps := splitPath(rel)
+	var buf [32]string
+	return neverMatchComps(globs, splitPath(rel, buf[:0]))
+}
+
+// neverMatchComps checks a path and each of its ancestors: a glob without
+// '/' against the component's name, one with '/' against the path from the
+// root ('**' spans any number of components). Hiding a directory hides all
+// below it.
+func neverMatchComps(globs []glob, comps []string) (int, bool) {
 	for i := range comps {
-		sub := comps[:i+1]
-		for gi, g := range globs {
-			if !strings.Contains(g, "/") {
-				if ok, _ := path.Match(g, sub[i]); ok {
+		for gi := range globs {
+			g := &globs[gi]
+			if !g.slash {
+				if g.name.match(comps[i]) {
 					return gi, true
 				}
 				continue
 			}
-			if globMatch(splitPath(g), sub) {
+			if globMatch(g.comps, comps[:i+1]) {
 				return gi, true
 			}
 		}
@@ -388,9 +453,9 @@ func neverMatch(globs []string, rel string) (int, bool) {
 
 // globMatch matches path components against pattern components, where
 // "**" matches zero or more components.
-func globMatch(pat, comps []string) bool {
+func globMatch(pat []namePat, comps []string) bool {
 	for len(pat) > 0 {
-		if pat[0] == "**" {
+		if pat[0].kind == patDeep {
 			for k := 0; k <= len(comps); k++ {
 				if globMatch(pat[1:], comps[k:]) {
 					return true
@@ -398,10 +463,7 @@ func globMatch(pat, comps []string) bool {
 			}
 			return false
 		}
-		if len(comps) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pat[0], comps[0]); !ok {
+		if len(comps) == 0 || !pat[0].match(comps[0]) {
 			return false
 		}
 		pat, comps = pat[1:], comps[1:]

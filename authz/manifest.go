@@ -74,6 +74,8 @@ type Tool struct {
 	CPUs        float64           `json:"cpus,omitempty"`
 	Seccomp     string            `json:"seccomp,omitempty"`
 	Pool        *int              `json:"pool,omitempty"`
+
+	idx *toolIndex // built by Parse; see index.go
 }
 
 // EffectiveMaxBytes is max_bytes with its default applied.
@@ -129,7 +131,7 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 	var head struct {
 		SchemaVersion *json.RawMessage `json:"schema_version"`
 	}
-	if err := json.Unmarshal(data, &head); err != nil {
+	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&head); err != nil {
 		return nil, merr("", "not valid JSON: %v", err)
 	}
 	if head.SchemaVersion == nil {
@@ -166,6 +168,9 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 		} else {
 			m.BaseDir = filepath.Join(dir, m.Base)
 		}
+	}
+	for name, t := range m.Tools {
+		t.idx = buildIndex(name, t)
 	}
 	canon, err := canonical(m)
 	if err != nil {

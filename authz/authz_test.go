@@ -1,0 +1,297 @@
+package authz
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/api"
+)
+
+const seed = `{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src","workspace/tests"],"max_bytes":65536},"run_tests":{"operation":"execute","commands":[["python","-m","unittest"]]}}}`
+
+func parse(t testing.TB, s string) *Manifest {
+	t.Helper()
+	m, err := Parse(strings.NewReader(s), "/srv/agent")
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	return m
+}
+
+func TestSeedManifestLoadsUnchanged(t *testing.T) {
+	m := parse(t, seed)
+	if m.BaseDir != "/srv/agent" || len(m.Tools) != 2 || !strings.HasPrefix(m.Version, "sha256:") || len(m.Version) != 71 {
+		t.Fatalf("unexpected %+v", m)
+	}
+	if m.Tools["read_file"].EffectiveMaxBytes() != 65536 || m.Tools["run_tests"].EffectivePool() != DefaultPool {
+		t.Fatal("defaults")
+	}
+}
+
+func TestPolicyVersionIsCanonical(t *testing.T) {
+	a := parse(t, seed)
+	reordered := `{
+	  "tools": {
+	    "run_tests": {"commands": [["python", "-m", "unittest"]], "operation": "execute"},
+	    "read_file": {"max_bytes": 65536, "roots": ["workspace/src", "workspace/tests"], "operation": "read"}
+	  },
+	  "schema_version": 1
+	}`
+	if b := parse(t, reordered); a.Version != b.Version {
+		t.Fatalf("formatting changed the version: %s vs %s", a.Version, b.Version)
+	}
+	changed := strings.Replace(seed, "65536", "65535", 1)
+	if c := parse(t, changed); c.Version == a.Version {
+		t.Fatal("a changed policy kept its version")
+	}
+}
+
+func TestManifestErrors(t *testing.T) {
+	for _, tc := range []struct{ manifest, key string }{
+		{`{}`, "schema_version"},
+		{`{"schema_version":2,"tools":{}}`, "schema_version"},
+		{`{"schema_version":"1","tools":{}}`, "schema_version"},
+		{`{"schema_version":1}`, "tools"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"]}},"extra":1}`, `unknown key "extra"`},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"rootz":[]}}}`, `unknown key "rootz"`},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"]}}} {}`, "trailing"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"]}}`, "not valid JSON"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"delete","roots":["a"]}}}`, "tools.r.operation"},
+		{`{"schema_version":1,"tools":{"r":{"roots":["a"]}}}`, "tools.r.operation"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read"}}}`, "tools.r.roots"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a","../x"]}}}`, "tools.r.roots[1]"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["/etc"]}}}`, "tools.r.roots[0]"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a/../../b"]}}}`, "tools.r.roots[0]"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":[""]}}}`, "tools.r.roots[0]"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":-1}}}`, "tools.r.max_bytes"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":"big"}}}`, "max_bytes"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"approval":"maybe"}}}`, "tools.r.approval"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"never":["[x"]}}}`, "tools.r.never[0]"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"commands":[["ls"]]}}}`, "tools.r.commands"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"pool":1}}}`, "tools.r.pool"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute"}}}`, "tools.x.commands"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[[]]}}}`, "tools.x.commands[0]"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"roots":["a"]}}}`, "tools.x.roots"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"mounts":["../etc"]}}}`, "tools.x.mounts[0]"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"env":{"A=B":"c"}}}}`, "tools.x.env"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"timeout_ms":-5}}}`, "tools.x.timeout_ms"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"memory_mb":1}}}`, "tools.x.memory_mb"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"pids":1}}}`, "tools.x.pids"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"cpus":-1}}}`, "tools.x.cpus"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"pool":100}}}`, "tools.x.pool"},
+		{`{"schema_version":1,"deny_detail":"verbose","tools":{"r":{"operation":"read","roots":["a"]}}}`, "deny_detail"},
+		{`{"schema_version":1,"tools":{"bad name":{"operation":"read","roots":["a"]}}}`, "tools.bad name"},
+		{`{"schema_version":1,"principals":{},"tools":{"r":{"operation":"read","roots":["a"]}}}`, "principals"},
+		{`{"schema_version":1,"principals":{"p":{"tools":["r"]}},"tools":{"r":{"operation":"read","roots":["a"]}}}`, "principals.p"},
+		{`{"schema_version":1,"principals":{"p":{"uids":[1]}},"tools":{"r":{"operation":"read","roots":["a"]}}}`, "principals.p.tools"},
+		{`{"schema_version":1,"principals":{"p":{"uids":[1],"tools":["nope"]}},"tools":{"r":{"operation":"read","roots":["a"]}}}`, "principals.p.tools[0]"},
+		{`{"schema_version":1,"principals":{"p":{"uids":[1],"tools":["*","r"]}},"tools":{"r":{"operation":"read","roots":["a"]}}}`, "principals.p.tools[0]"},
+		{`{"schema_version":1,"principals":{"p":{"uids":[1],"tools":[]},"q":{"uids":[1],"tools":[]}},"tools":{"r":{"operation":"read","roots":["a"]}}}`, "principals.q.uids[0]"},
+		{`{"schema_version":1,"principals":{"p":{"uids":[-1],"tools":[]}},"tools":{"r":{"operation":"read","roots":["a"]}}}`, "uids"},
+	} {
+		_, err := Parse(strings.NewReader(tc.manifest), "/srv")
+		if err == nil {
+			t.Errorf("%s: accepted", tc.manifest)
+			continue
+		}
+		if !errors.Is(err, ErrInvalidManifest) {
+			t.Errorf("%s: error %v is not ErrInvalidManifest", tc.manifest, err)
+		}
+		if !strings.Contains(err.Error(), tc.key) {
+			t.Errorf("%s: error %q does not name %q", tc.manifest, err, tc.key)
+		}
+	}
+}
+
+func TestBase(t *testing.T) {
+	m := parse(t, `{"schema_version":1,"base":"../ws","tools":{"r":{"operation":"read","roots":["a"]}}}`)
+	if m.BaseDir != "/srv/ws" {
+		t.Fatal(m.BaseDir)
+	}
+	m = parse(t, `{"schema_version":1,"base":"/data","tools":{"r":{"operation":"read","roots":["a"]}}}`)
+	if m.BaseDir != "/data" {
+		t.Fatal(m.BaseDir)
+	}
+}
+
+const multi = `{"schema_version":1,
+ "principals":{
+   "agent":{"uids":[1000],"tools":["read_file"]},
+   "ci":{"gids":[2000],"tools":["*"]},
+   "ops":{"uids":[0],"tools":[],"approver":true}},
+ "tools":{
+   "read_file":{"operation":"read","roots":["ws/src","ws"],"never":[".env","*.pem","private/**","build/*.o"]},
+   "ls":{"operation":"list","roots":["."]},
+   "deploy":{"operation":"read","roots":["ws"],"approval":"human"},
+   "run":{"operation":"execute","commands":[["make","test"],["make","lint"]]},
+   "one":{"operation":"execute","commands":[["true"]]}}}`
+
+func ok(rel, kind string) Resource {
+	return Resource{Outcome: OutcomeOK, Rel: rel, Kind: kind, Path: "/x/" + rel}
+}
+
+func TestDecide(t *testing.T) {
+	m := parse(t, multi)
+	s := func(v string) *string { return &v }
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want string
+		rule string
+	}{
+		{"unknown tool", Request{Principal: "ci", Tool: "nope"}, api.ReasonUnknownTool, ""},
+		{"unmapped peer", Request{Principal: "", Tool: "read_file"}, api.ReasonPrincipalNotAllowed, "principals"},
+		{"tool not granted", Request{Principal: "agent", Tool: "ls"}, api.ReasonPrincipalNotAllowed, "principals.agent.tools"},
+		{"empty grant", Request{Principal: "ops", Tool: "ls"}, api.ReasonPrincipalNotAllowed, "principals.ops.tools"},
+		{"args error", Request{Principal: "ci", Tool: "ls", ArgsError: "x"}, api.ReasonInvalidArgs, "tools.ls"},
+		{"no path", Request{Principal: "ci", Tool: "ls"}, api.ReasonInvalidArgs, "tools.ls"},
+		{"absolute", Request{Principal: "ci", Tool: "ls", Path: s("/etc")}, api.ReasonInvalidPath, "tools.ls"},
+		{"outside", Request{Principal: "agent", Tool: "read_file", Path: s("other/x")}, api.ReasonOutsideRoots, "tools.read_file.roots"},
+		{"unresolved", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a")}, api.ReasonInternalError, "tools.read_file"},
+		{"allowed second root", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a"),
+			Resolved: []Resource{ok("a", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
+		{"first root wins", Request{Principal: "agent", Tool: "read_file", Path: s("ws/src/a"),
+			Resolved: []Resource{ok("a", KindFile), ok("src/a", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[0]"},
+		{"not found in one, found in other", Request{Principal: "agent", Tool: "read_file", Path: s("ws/src/a"),
+			Resolved: []Resource{{Outcome: OutcomeNotFound}, ok("src/a", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
+		{"most specific failure", Request{Principal: "agent", Tool: "read_file", Path: s("ws/src/a"),
+			Resolved: []Resource{{Outcome: OutcomeEscapes}, {Outcome: OutcomeNotFound}}}, api.ReasonNotFound, "tools.read_file.roots[1]"},
+		{"escapes", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a"),
+			Resolved: []Resource{{Outcome: OutcomeEscapes}}}, api.ReasonOutsideRoots, "tools.read_file.roots[1]"},
+		{"resolver error fails closed", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a"),
+			Resolved: []Resource{{Outcome: OutcomeError}}}, api.ReasonInternalError, "tools.read_file.roots[1]"},
+		{"never requested", Request{Principal: "agent", Tool: "read_file", Path: s("ws/.env")}, api.ReasonNeverListed, "tools.read_file.never[0]"},
+		{"never nested glob", Request{Principal: "agent", Tool: "read_file", Path: s("ws/build/x.o")}, api.ReasonNeverListed, "tools.read_file.never[3]"},
+		{"never not nested deeper", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a/build/x.o"),
+			Resolved: []Resource{ok("a/build/x.o", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
+		{"never resolved", Request{Principal: "agent", Tool: "read_file", Path: s("ws/innocent"),
+			Resolved: []Resource{ok("private/k", KindFile)}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
+		{"never ancestor dir", Request{Principal: "agent", Tool: "read_file", Path: s("ws/x"),
+			Resolved: []Resource{ok("private", KindDir)}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
+		{"read dir", Request{Principal: "agent", Tool: "read_file", Path: s("ws/d"),
+			Resolved: []Resource{ok("d", KindDir)}}, api.ReasonNotAFile, "tools.read_file.roots[1]"},
+		{"read fifo", Request{Principal: "agent", Tool: "read_file", Path: s("ws/f"),
+			Resolved: []Resource{ok("f", KindFIFO)}}, api.ReasonUnsupportedFileType, "tools.read_file.roots[1]"},
+		{"list file", Request{Principal: "ci", Tool: "ls", Path: s("f"),
+			Resolved: []Resource{ok("f", KindFile)}}, api.ReasonNotADirectory, "tools.ls.roots[0]"},
+		{"list base root", Request{Principal: "ci", Tool: "ls", Path: s("."),
+			Resolved: []Resource{ok(".", KindDir)}}, api.ReasonAllowed, "tools.ls.roots[0]"},
+		{"approval", Request{Principal: "ci", Tool: "deploy", Path: s("ws/a"),
+			Resolved: []Resource{ok("a", KindFile)}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
+		{"argv allowed", Request{Principal: "ci", Tool: "run", Argv: []string{"make", "lint"}}, api.ReasonAllowed, "tools.run.commands[1]"},
+		{"argv not allowed", Request{Principal: "ci", Tool: "run", Argv: []string{"make", "lint", "; rm"}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
+		{"argv prefix", Request{Principal: "ci", Tool: "run", Argv: []string{"make"}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
+		{"argv omitted, several", Request{Principal: "ci", Tool: "run"}, api.ReasonInvalidArgs, "tools.run.commands"},
+		{"argv omitted, one", Request{Principal: "ci", Tool: "one"}, api.ReasonAllowed, "tools.one.commands[0]"},
+		{"argv empty", Request{Principal: "ci", Tool: "one", Argv: []string{}}, api.ReasonCommandNotAllowed, "tools.one.commands"},
+	} {
+		d := Decide(m, &tc.req)
+		if d.Reason != tc.want || d.Rule != tc.rule {
+			t.Errorf("%s: got %s (%s), want %s (%s)", tc.name, d.Reason, d.Rule, tc.want, tc.rule)
+		}
+		if d.Allow != (tc.want == api.ReasonAllowed) {
+			t.Errorf("%s: allow=%t with reason %s", tc.name, d.Allow, d.Reason)
+		}
+	}
+	if (Decision{}).Allow || (Decision{}).Verdict() != api.VerdictDeny {
+		t.Fatal("the zero Decision must deny")
+	}
+	if d := Decide(nil, &Request{}); d.Allow {
+		t.Fatal("nil manifest allowed")
+	}
+}
+
+func TestIdentify(t *testing.T) {
+	m := parse(t, multi)
+	for _, tc := range []struct {
+		uid, gid uint32
+		want     string
+		ok       bool
+	}{{1000, 2000, "agent", true}, {5, 2000, "ci", true}, {0, 0, "ops", true}, {5, 5, "", false}} {
+		n, ok := m.Identify(tc.uid, tc.gid)
+		if n != tc.want || ok != tc.ok {
+			t.Errorf("Identify(%d,%d) = %q,%t", tc.uid, tc.gid, n, ok)
+		}
+	}
+	if !m.IsApprover("ops", 0) || m.IsApprover("agent", 1000) {
+		t.Fatal("approver")
+	}
+	local := parse(t, seed)
+	if n, _ := local.Identify(1234, 1234); n != LocalPrincipal || local.IsApprover(n, 1234) || !local.IsApprover(n, 0) {
+		t.Fatal("local principal")
+	}
+	if got := m.ToolNames("agent"); len(got) != 1 || got[0] != "read_file" {
+		t.Fatal(got)
+	}
+}
+
+func TestMatchRoots(t *testing.T) {
+	tool := &Tool{Roots: []string{"ws/src", "ws", "./ws/src/"}}
+	for _, tc := range []struct {
+		path string
+		want string
+	}{
+		{"ws/src/a", "0:a 1:src/a 2:a"},
+		{"ws//./src/a", "0:a 1:src/a 2:a"},
+		{"ws/src", "0:. 1:src 2:."},
+		{"ws/srcx/a", "1:srcx/a"},
+		{"ws/src/../b", "1:src/../b"},
+		{"ws/../ws/src/a", ""},
+		{"ws/src/a/../../..", ""},
+		{"other", ""},
+	} {
+		var parts []string
+		for _, m := range MatchRoots(tool, tc.path) {
+			parts = append(parts, fmt.Sprintf("%d:%s", m.Index, m.Rel))
+		}
+		if got := strings.Join(parts, " "); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(seed)
+	f.Add(multi)
+	f.Add(`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["a"]],"pool":0,"env":{"A":"b"}}}}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := Parse(strings.NewReader(s), "/b")
+		if err != nil {
+			return
+		}
+		// A manifest that loads re-loads from its canonical form with the
+		// same version, and Decide never panics on it.
+		m2, err := Parse(strings.NewReader(string(m.Canonical)), "/b")
+		if err != nil || m2.Version != m.Version {
+			t.Fatalf("canonical form does not round-trip: %v", err)
+		}
+		for name := range m.Tools {
+			p := "x"
+			Decide(m, &Request{Principal: LocalPrincipal, Tool: name, Path: &p})
+		}
+	})
+}
+
+func BenchmarkDecide(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"schema_version":1,"tools":{`)
+	for i := range 50 {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `"tool%02d":{"operation":"read","roots":["ws/src%d","ws/tests%d"],"never":[".env","*.pem","private/**"]}`, i, i, i)
+	}
+	sb.WriteString(`}}`)
+	m := parse(b, sb.String())
+	path := "ws/src37/pkg/module/file.py"
+	req := &Request{Principal: LocalPrincipal, Tool: "tool37", Path: &path,
+		Resolved: []Resource{{Outcome: OutcomeOK, Rel: "pkg/module/file.py", Kind: KindFile, Path: "/b/ws/src37/pkg/module/file.py"}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := Decide(m, req); !d.Allow {
+			b.Fatal(d.Reason)
+		}
+	}
+}

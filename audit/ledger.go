@@ -32,7 +32,8 @@ type Ledger struct {
 	prev    string // hash of the last record written
 	synced  uint64 // last seq known durable
 	syncing bool
-	broken  error // set on a failed sync: nothing more is accepted
+	broken  error  // set on a failed sync: nothing more is accepted
+	syncs   uint64 // fdatasync calls made, for tests and metrics
 
 	now func() time.Time
 }
@@ -190,6 +191,7 @@ func (l *Ledger) Sync(seq uint64) error {
 		l.mu.Unlock()
 		err := unix.Fdatasync(int(l.f.Fd()))
 		l.mu.Lock()
+		l.syncs++
 		l.syncing = false
 		if err != nil {
 			l.broken = fmt.Errorf("%w: fdatasync: %v", ErrUnavailable, err)

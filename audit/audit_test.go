@@ -1,0 +1,278 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+func openT(t *testing.T, path string) *Ledger {
+	t.Helper()
+	l, _, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func decision(i int) *Record {
+	return &Record{Kind: KindDecision, CallID: fmt.Sprintf("c-%d", i), Tool: "read_file",
+		Principal: &Principal{Name: "local", UID: 1000, GID: 1000, PID: int32(i)},
+		Args:      json.RawMessage(fmt.Sprintf(`{"path":"ws/<&>\n\u2028%d"}`, i)), Verdict: "allow", Reason: "allowed"}
+}
+
+func verifyFile(t *testing.T, path string) (uint64, error) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return Verify(f)
+}
+
+func TestConcurrentAppendVerify(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path)
+	const n = 400
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.AppendSync(decision(i)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	syncs := l.syncs
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := verifyFile(t, path)
+	if err != nil || got != n {
+		t.Fatalf("verify: %d records, %v", got, err)
+	}
+	// Group commit: concurrent callers share syncs.
+	t.Logf("%d durable appends took %d fdatasyncs", n, syncs)
+	if syncs >= n {
+		t.Fatalf("no group commit: %d syncs for %d appends", syncs, n)
+	}
+	// Reopen continues the chain.
+	l = openT(t, path)
+	if err := l.AppendSync(decision(n)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if got, err := verifyFile(t, path); err != nil || got != n+1 {
+		t.Fatalf("after reopen: %d, %v", got, err)
+	}
+}
+
+func writeLedger(t *testing.T, n int) (string, [][]byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path)
+	for i := range n {
+		if err := l.AppendSync(decision(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	data, _ := os.ReadFile(path)
+	return path, bytes.SplitAfter(data, []byte("\n"))[:n]
+}
+
+func TestTamperDetection(t *testing.T) {
+	_, lines := writeLedger(t, 10)
+	join := func(ls [][]byte) []byte { return bytes.Join(ls, nil) }
+	clone := func() [][]byte {
+		out := make([][]byte, len(lines))
+		for i, l := range lines {
+			out[i] = append([]byte(nil), l...)
+		}
+		return out
+	}
+	// Flip every byte position of record 5 in turn: each must be caught at seq 5.
+	for pos := 0; pos < len(lines[4])-1; pos++ {
+		ls := clone()
+		ls[4][pos] ^= 0x01
+		_, err := Verify(bytes.NewReader(join(ls)))
+		var ve *VerifyError
+		if !errors.As(err, &ve) || ve.Seq != 5 {
+			t.Fatalf("flip at byte %d of seq 5 (%q): %v", pos, lines[4][pos], err)
+		}
+	}
+	for name, mutate := range map[string]func([][]byte) [][]byte{
+		"delete":        func(ls [][]byte) [][]byte { return append(ls[:4], ls[5:]...) },
+		"reorder":       func(ls [][]byte) [][]byte { ls[4], ls[5] = ls[5], ls[4]; return ls },
+		"duplicate":     func(ls [][]byte) [][]byte { return append(ls[:5], ls[4:]...) },
+		"truncate head": func(ls [][]byte) [][]byte { return ls[4:] },
+	} {
+		ls := mutate(clone())
+		_, err := Verify(bytes.NewReader(join(ls)))
+		var ve *VerifyError
+		if !errors.As(err, &ve) {
+			t.Errorf("%s: not detected (%v)", name, err)
+			continue
+		}
+		want := map[string]uint64{"delete": 5, "reorder": 5, "duplicate": 6, "truncate head": 1}[name]
+		if ve.Seq != want {
+			t.Errorf("%s: first bad seq %d, want %d", name, ve.Seq, want)
+		}
+	}
+	// A re-hashed forgery of one record still breaks the next record's prev.
+	ls := clone()
+	var rec Record
+	json.Unmarshal(ls[4], &rec)
+	rec.Verdict = "deny"
+	forged, _ := encode(&rec)
+	ls[4] = forged
+	_, err := Verify(bytes.NewReader(join(ls)))
+	var ve *VerifyError
+	if !errors.As(err, &ve) || ve.Seq != 6 {
+		t.Fatalf("re-hashed forgery: %v", err)
+	}
+}
+
+func TestTornTailRecovery(t *testing.T) {
+	path, lines := writeLedger(t, 5)
+	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	torn := lines[2][:len(lines[2])/2]
+	f.Write(torn)
+	f.Close()
+	if _, err := verifyFile(t, path); err == nil {
+		t.Fatal("torn line passed verify")
+	}
+	l, rec, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.CutBytes != int64(len(torn)) || rec.LastSeq != 5 {
+		t.Fatalf("recovery %+v", rec)
+	}
+	l.AppendSync(decision(99))
+	l.Close()
+	n, err := verifyFile(t, path)
+	if err != nil || n != 7 {
+		t.Fatalf("after recovery: %d, %v", n, err)
+	}
+	data, _ := os.ReadFile(path)
+	if !strings.Contains(string(data), `"kind":"recovered"`) {
+		t.Fatal("no recovered record")
+	}
+}
+
+func TestTornOnlyRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	os.WriteFile(path, []byte(`{"args":{"pa`), 0o600)
+	l, rec, err := Open(path)
+	if err != nil || rec.CutBytes == 0 {
+		t.Fatalf("%+v %v", rec, err)
+	}
+	l.Close()
+	if n, err := verifyFile(t, path); err != nil || n != 1 {
+		t.Fatalf("%d %v", n, err)
+	}
+}
+
+func TestCorruptTailRefused(t *testing.T) {
+	path, _ := writeLedger(t, 3)
+	data, _ := os.ReadFile(path)
+	data[len(data)-20] ^= 1
+	os.WriteFile(path, data, 0o600)
+	if _, _, err := Open(path); err == nil || !strings.Contains(err.Error(), "not intact") {
+		t.Fatalf("a tampered last record was accepted: %v", err)
+	}
+}
+
+func TestExclusiveLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path)
+	defer l.Close()
+	if _, _, err := Open(path); err == nil || !strings.Contains(err.Error(), "locked") {
+		t.Fatalf("second open: %v", err)
+	}
+}
+
+// TestENOSPC fills a tiny tmpfs: appends fail with ErrUnavailable, the
+// file keeps only whole records, and appends work again once space frees.
+func TestENOSPC(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	path := filepath.Join(dir, "audit.jsonl")
+	l := openT(t, path)
+	if err := l.AppendSync(decision(0)); err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(dir, "filler")
+	out, err := exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=4k").CombinedOutput()
+	if !strings.Contains(string(out), "No space left") {
+		t.Fatalf("dd did not fill the tmpfs: %s %v", out, err)
+	}
+	failed := 0
+	for i := range 50 {
+		if err := l.AppendSync(decision(i)); err != nil {
+			if !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("error %v is not ErrUnavailable", err)
+			}
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no append failed on a full filesystem")
+	}
+	os.Remove(filler)
+	if err := l.AppendSync(decision(100)); err != nil {
+		t.Fatalf("after freeing space: %v", err)
+	}
+	l.Close()
+	if _, err := verifyFile(t, path); err != nil {
+		t.Fatalf("ledger not whole after ENOSPC: %v", err)
+	}
+}
+
+func TestSummary(t *testing.T) {
+	s := Summary(&Record{Seq: 3, Kind: KindDecision, Tool: "read_file", Verdict: "deny", Reason: "outside_roots",
+		Principal: &Principal{Name: "local", UID: 1}})
+	for _, want := range []string{"3", "decision", "read_file", "deny", "outside_roots", "local(uid=1"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("summary %q lacks %q", s, want)
+		}
+	}
+}
+
+func BenchmarkAppendSync(b *testing.B) {
+	l, _, err := Open(filepath.Join(b.TempDir(), "audit.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	rec := decision(1)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r := *rec
+			if err := l.AppendSync(&r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -555,4 +555,3 @@ func FuzzCallBody(f *testing.F) {
 		}
 	})
 }
-

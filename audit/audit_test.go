@@ -276,3 +276,26 @@ func BenchmarkAppendSync(b *testing.B) {
 		}
 	})
 }
+
+// TestEncodeMatchesEncodingJSON: the hand-written encoder writes exactly
+// what encoding/json writes for a Record, for awkward values too.
+func TestEncodeMatchesEncodingJSON(t *testing.T) {
+	code := -9
+	weird := []string{"", "plain", "quote\" back\\slash", "ctl\x00\x01\x1f\x7f", "nl\n\r\t\b\f", "<html>&amp;",
+		"\u2028\u2029", "ünïcödé €", "bad\xff\xfeutf8", "\xed\xa0\x80", strings.Repeat("x", 300)}
+	for i, s := range weird {
+		rec := &Record{Args: json.RawMessage(`{"path":"a"}`), CallID: s, Detail: s, Kind: s, Operation: s,
+			PolicyVersion: s, Prev: s, Principal: &Principal{GID: 4294967295, Name: s, PID: -1, UID: 7}, Reason: s,
+			Resolved: json.RawMessage(`[{"root":0}]`), Resource: s, Rule: s, Seq: uint64(i) << 40, Task: s, Time: s, Tool: s, Verdict: s,
+			Result: &Result{Bytes: -5, DurationMS: []float64{0, 0.217, 1e-7, 123456.789, 3e21}[i%5], ExitCode: &code, OK: i%2 == 0, Truncated: true}}
+		if i%3 == 0 {
+			rec.Principal, rec.Result, rec.Args = nil, nil, nil
+		}
+		want, _ := json.Marshal(rec)
+		want = bytes.Replace(want, []byte(`,"hash":""}`), []byte("}"), 1)
+		got := append(appendRecord(nil, rec), '}')
+		if !bytes.Equal(got, want) {
+			t.Errorf("case %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}

@@ -24,16 +24,17 @@ const maxRecordBytes = 1 << 20
 type Ledger struct {
 	path string
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	f       *os.File
-	size    int64  // bytes of whole records in the file
-	seq     uint64 // last seq written
-	prev    string // hash of the last record written
-	synced  uint64 // last seq known durable
-	syncing bool
-	broken  error  // set on a failed sync: nothing more is accepted
-	syncs   uint64 // fdatasync calls made, for tests and metrics
+	mu       sync.Mutex
+	cond     *sync.Cond
+	f        *os.File
+	size     int64  // bytes of whole records in the file
+	seq      uint64 // last seq written
+	prev     string // hash of the last record written
+	synced   uint64 // last seq known durable
+	syncing  bool
+	broken   error  // set on a failed sync: nothing more is accepted
+	syncs    uint64 // fdatasync calls made
+	appended uint64 // records appended since Open
 
 	now func() time.Time
 }
@@ -126,6 +127,20 @@ func (l *Ledger) recoverTail(rec *Recovery) error {
 	return nil
 }
 
+// Stats are counters since Open.
+type Stats struct {
+	Records uint64 // records appended
+	Syncs   uint64 // fdatasync calls made
+}
+
+// Stats returns counters since Open: Records/Syncs is how well group
+// commit amortizes the sync.
+func (l *Ledger) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Stats{Records: l.appended, Syncs: l.syncs}
+}
+
 // Path is the ledger's file path.
 func (l *Ledger) Path() string { return l.path }
 
@@ -162,6 +177,7 @@ func (l *Ledger) Append(rec *Record) (uint64, error) {
 		return 0, fmt.Errorf("%w: write: %v", ErrUnavailable, err)
 	}
 	l.size += int64(n)
+	l.appended++
 	l.seq = rec.Seq
 	l.prev = rec.Hash
 	return rec.Seq, nil

@@ -71,21 +71,11 @@ var hashKey = []byte(`,"hash":"`)
 // record's JSON with the "hash" member removed (it is the last member, so
 // that is the line up to `,"hash":` followed by `}`).
 func encode(rec *Record) ([]byte, error) {
-	rec.Hash = ""
-	body, err := json.Marshal(rec)
-	if err != nil {
-		return nil, err
-	}
-	i := bytes.LastIndex(body, hashKey)
-	if i < 0 {
-		return nil, errors.New("audit: record without hash member")
-	}
-	canon := append(body[:i:i], '}')
-	sum := sha256.Sum256(canon)
+	line := appendRecord(make([]byte, 0, 1024), rec)
+	line = append(line, '}')
+	sum := sha256.Sum256(line)
 	rec.Hash = "sha256:" + hex.EncodeToString(sum[:])
-	line := make([]byte, 0, len(body)+72)
-	line = append(line, body[:i]...)
-	line = append(line, hashKey...)
+	line = append(line[:len(line)-1], hashKey...)
 	line = append(line, rec.Hash...)
 	line = append(line, '"', '}', '\n')
 	return line, nil

@@ -343,28 +343,16 @@ func (c *call) resolve() {
 // relBeneath fills the resource's absolute path and its path relative to
 // the root, both as the kernel names the fds now.
 func relBeneath(root *securefs.Root, h *securefs.Handle, res *authz.Resource) error {
-	hp, err := h.Path()
-	if err != nil {
-		if h.Kind == securefs.KindSocket {
+	if h.Kind == securefs.KindSocket {
+		if _, err := h.Path(); err != nil {
 			return nil // fallback resolver: a socket has no fd to name
 		}
-		return err
 	}
-	rp, err := root.Path()
+	abs, rel, err := root.Locate(h)
 	if err != nil {
 		return err
 	}
-	res.Path = hp
-	switch {
-	case hp == rp:
-		res.Rel = "."
-	case rp == "/" && strings.HasPrefix(hp, "/"):
-		res.Rel = hp[1:]
-	case strings.HasPrefix(hp, rp+"/"):
-		res.Rel = hp[len(rp)+1:]
-	default:
-		return fmt.Errorf("fd path %q is not beneath root %q", hp, rp)
-	}
+	res.Path, res.Rel = abs, rel
 	return nil
 }
 

@@ -140,7 +140,8 @@ func Run(ctx context.Context, cfg Config) error {
 			d.closePolicy()
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
-			d.log.Info("shutting down")
+			st := ledger.Stats()
+			d.log.Info("shutting down", "audit_records", st.Records, "audit_syncs", st.Syncs)
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := srv.Shutdown(sctx)
 			cancel()

@@ -49,6 +49,29 @@ func (b *lockedBuf) Write(p []byte) (int, error) {
 	return b.Buffer.Write(p)
 }
 
+// startB starts a daemon for a benchmark, with its ledger where
+// $SLUICE_BENCH_STATE says (default: the temp dir).
+func startB(b *testing.B, manifest string) *client.Client {
+	dir := b.TempDir()
+	if s := os.Getenv("SLUICE_BENCH_STATE"); s != "" {
+		dir = s
+	}
+	ready := make(chan struct{})
+	cfg := Config{Manifest: manifest, Socket: filepath.Join(dir, "b.sock"), StateDir: filepath.Join(dir, "state"),
+		Logger: slog.New(slog.NewJSONHandler(benchLog(), nil)), Ready: func() { close(ready) }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		b.Fatal(err)
+	}
+	c := client.New(cfg.Socket)
+	b.Cleanup(func() { c.Close(); cancel(); <-done; os.RemoveAll(filepath.Join(dir, "state")) })
+	return c
+}
+
 // start runs a daemon in-process on a fresh socket and state dir and stops
 // it when the test ends.
 func start(t *testing.T, manifest string, mode securefs.Mode, tweak ...func(*Config)) *harness {
@@ -554,4 +577,11 @@ func FuzzCallBody(f *testing.F) {
 			t.Fatalf("args record of %d bytes", len(c.argsRecord))
 		}
 	})
+}
+
+func benchLog() io.Writer {
+	if os.Getenv("SLUICE_BENCH_LOG") != "" {
+		return os.Stderr
+	}
+	return io.Discard
 }

@@ -23,21 +23,39 @@ const maxListScan = 100_000
 // one byte more to learn whether there was more (truncated). The file is
 // opened through its resolved fd, never by path. A sparse 1 TiB file costs
 // one read of max+1 bytes.
-func readCapped(h *securefs.Handle, max int64) ([]byte, bool, error) {
+func readCapped(h *securefs.Handle, limit int64) ([]byte, bool, error) {
 	f, err := h.Open()
 	if err != nil {
 		return nil, false, err
 	}
 	defer f.Close()
-	buf := make([]byte, max+1)
-	n, err := io.ReadFull(f, buf)
-	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
-		return nil, false, err
+	// Size the buffer from fstat, but trust only what read(2) says: the
+	// file may grow, and procfs-like files report size 0.
+	size := min(limit+1, max(h.Stat.Size+1, 512))
+	buf := make([]byte, size)
+	n := 0
+	for {
+		m, err := f.Read(buf[n:])
+		n += m
+		if err == io.EOF || (m == 0 && err == nil) {
+			break
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if n == len(buf) {
+			if int64(n) > limit {
+				break
+			}
+			grown := make([]byte, min(limit+1, int64(2*len(buf))))
+			copy(grown, buf)
+			buf = grown
+		}
 	}
 	data := buf[:n]
-	truncated := int64(n) > max
+	truncated := int64(n) > limit
 	if truncated {
-		data = trimToRune(data[:max])
+		data = trimToRune(data[:limit])
 	}
 	return data, truncated, nil
 }

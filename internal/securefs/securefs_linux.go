@@ -65,6 +65,7 @@ type Root struct {
 	fd     *os.File // O_PATH|O_DIRECTORY
 	osRoot *os.Root // only in fallback mode
 	mode   Mode
+	path   atomic.Pointer[string] // last known absolute path of the root
 }
 
 // OpenRoot opens dir, an absolute path from trusted configuration, as a root.
@@ -114,6 +115,45 @@ func (r *Root) Fd() uintptr { return r.fd.Fd() }
 
 // Path returns the root's current absolute path, as the kernel names it.
 func (r *Root) Path() (string, error) { return fdPath(r.fd) }
+
+// Locate returns the absolute path of what h names and that path relative
+// to r ("." for r itself), both as the kernel names the fds. The root's
+// path is cached and re-read once when it does not prefix the handle's
+// (the root was renamed); if it still does not, that is an error: callers
+// fail closed.
+func (r *Root) Locate(h *Handle) (abs, rel string, err error) {
+	abs, err = h.Path()
+	if err != nil {
+		return "", "", err
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		rp := r.path.Load()
+		if rp == nil || attempt == 1 {
+			p, err := r.Path()
+			if err != nil {
+				return "", "", err
+			}
+			r.path.Store(&p)
+			rp = &p
+		}
+		if rel, ok := relTo(*rp, abs); ok {
+			return abs, rel, nil
+		}
+	}
+	return "", "", fmt.Errorf("locate: %q is not beneath the root", abs)
+}
+
+func relTo(root, p string) (string, bool) {
+	switch {
+	case p == root:
+		return ".", true
+	case root == "/":
+		return p[1:], strings.HasPrefix(p, "/") && len(p) > 1
+	case len(p) > len(root) && p[len(root)] == '/' && p[:len(root)] == root:
+		return p[len(root)+1:], true
+	}
+	return "", false
+}
 
 // OpenRootBeneath opens a directory beneath r as a new root: how the daemon
 // turns a manifest's roots, relative to base, into held fds.

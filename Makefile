@@ -1,0 +1,40 @@
+# sluice: make demo, make test (as root on Debian/Ubuntu; both install what they need).
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+export CGO_ENABLED := 1
+GO ?= go
+BUILD_FLAGS := -tags seccomp -trimpath
+
+.PHONY: all help deps build test demo bench bench-read vet clean
+
+all: build
+
+help:
+	@echo "make demo   - build, start sluiced on the example, run a scripted agent session, verify the audit"
+	@echo "make test   - the whole suite as root: vet, unit, e2e over the real socket, race, fuzz"
+	@echo "make build  - bin/sluiced and bin/sluice"
+	@echo "make bench  - benchmarks against the transport, durability and spawn floors (prints ratios)"
+	@echo "make deps   - apt packages (only if missing) and Go modules"
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	$(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/sluiced ./cmd/sluice
+
+vet:
+	gofmt -l . && $(GO) vet -tags seccomp ./...
+
+test: build
+	@scripts/test.sh
+
+demo: build
+	@scripts/demo.sh
+
+bench: build bench-read
+
+bench-read:
+	@bench/read.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,384 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	binDir = os.Getenv("SLUICE_BIN_DIR")
+	if binDir == "" || !exists(filepath.Join(binDir, "sluiced")) {
+		dir, err := os.MkdirTemp("", "sluice-e2e-bin")
+		if err != nil {
+			panic(err)
+		}
+		defer os.RemoveAll(dir)
+		cmd := exec.Command("go", "build", "-tags", "seccomp", "-o", dir+"/", "../cmd/sluiced", "../cmd/sluice")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
+			os.Exit(1)
+		}
+		binDir = dir
+	}
+	testutil.Main(m)
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+type daemon struct {
+	t        *testing.T
+	cmd      *exec.Cmd
+	socket   string
+	stateDir string
+	manifest string
+	stderr   *bytes.Buffer
+	c        *client.Client
+	exited   chan error
+}
+
+func startDaemon(t *testing.T, manifest string) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	d := &daemon{t: t, socket: filepath.Join(dir, "s.sock"), stateDir: filepath.Join(dir, "state"), manifest: manifest}
+	d.start()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *daemon) start() {
+	d.t.Helper()
+	d.stderr = &bytes.Buffer{}
+	d.cmd = exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", d.manifest, "--socket", d.socket, "--state-dir", d.stateDir)
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.exited = make(chan error, 1)
+	go func() { d.exited <- d.cmd.Wait() }()
+	d.c = client.New(d.socket)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := d.c.Health(context.Background()); err == nil {
+			return
+		}
+		select {
+		case err := <-d.exited:
+			d.t.Fatalf("sluiced exited: %v\n%s", err, d.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("sluiced not ready\n%s", d.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (d *daemon) stop() {
+	if d.cmd == nil {
+		return
+	}
+	d.c.Close()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.exited
+		d.t.Errorf("sluiced ignored SIGTERM")
+	}
+	d.cmd = nil
+}
+
+func (d *daemon) ledger() string { return filepath.Join(d.stateDir, "audit.jsonl") }
+
+func (d *daemon) read(tool, path string) (*api.CallResult, []byte) {
+	d.t.Helper()
+	body, _ := json.Marshal(map[string]any{"tool": tool, "args": map[string]string{"path": path}})
+	code, b, err := d.c.CallRaw(context.Background(), body)
+	if err != nil || code != 200 {
+		d.t.Fatalf("call: %d %v %s", code, err, b)
+	}
+	var res api.CallResult
+	json.Unmarshal(b, &res)
+	return &res, b
+}
+
+func sluice(t *testing.T, socket string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "sluice"), args...)
+	cmd.Env = append(os.Environ(), "SLUICE_SOCKET="+socket)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// TestEscapeTable: the one table, black-box, over the real socket of a
+// real sluiced process.
+func TestEscapeTable(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	d := startDaemon(t, fx.Manifest)
+	for _, c := range escapetest.Cases {
+		res, body := d.read(escapetest.ToolFor(c.Op), fx.PathFor(c))
+		if bytes.Contains(body, []byte(escapetest.Secret)) {
+			t.Errorf("%s: ESCAPE: %s", c.Name, body)
+		}
+		if res.Reason != c.Want {
+			t.Errorf("%s: reason %s, want %s", c.Name, res.Reason, c.Want)
+		}
+		if err := fx.CheckResolved(c, res.Resource); err != nil {
+			t.Errorf("%s: %v", c.Name, err)
+		}
+	}
+	d.stop()
+	if out, _, code := sluice(t, d.socket, "audit", "verify", d.ledger()); code != 0 {
+		t.Fatalf("audit verify: %d %s", code, out)
+	}
+	if b, _ := os.ReadFile(d.ledger()); bytes.Contains(b, []byte(escapetest.Secret)) {
+		t.Fatal("a secret reached the ledger")
+	}
+	if strings.Contains(d.stderr.String(), escapetest.Secret) {
+		t.Fatal("a secret reached the daemon's log")
+	}
+}
+
+// TestSymlinkSwapRace: while names inside the root flip between a file
+// inside and symlinks leading out, concurrent clients read them for 2 s
+// over the socket; no response ever carries an outside byte.
+func TestSymlinkSwapRace(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	d := startDaemon(t, fx.Manifest)
+	src := filepath.Join(fx.Base, "workspace/src")
+	os.WriteFile(filepath.Join(src, "inside.txt"), []byte("inside\n"), 0o644)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; !stop.Load(); i++ {
+			tmp := filepath.Join(src, "race.new")
+			os.Remove(tmp)
+			target := "inside.txt"
+			if i%2 == 0 {
+				target = "../../secret.txt"
+			}
+			os.Symlink(target, tmp)
+			os.Rename(tmp, filepath.Join(src, "race"))
+			os.Remove(filepath.Join(src, "d"))
+			if i%2 == 0 {
+				os.Symlink("../..", filepath.Join(src, "d"))
+			} else {
+				os.Symlink(".", filepath.Join(src, "d"))
+			}
+		}
+	}()
+	var calls, inside atomic.Int64
+	deadline := time.Now().Add(2 * time.Second)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := client.New(d.socket)
+			defer c.Close()
+			paths := []string{"workspace/src/race", "workspace/src/d/secret.txt", "workspace/src/d/inside.txt"}
+			for i := 0; time.Now().Before(deadline); i++ {
+				body, _ := json.Marshal(map[string]any{"tool": "read_file", "args": map[string]string{"path": paths[(i+w)%3]}})
+				_, b, err := c.CallRaw(context.Background(), body)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				calls.Add(1)
+				if bytes.Contains(b, []byte(escapetest.Secret)) {
+					t.Errorf("ESCAPE under race: %s", b)
+					return
+				}
+				if bytes.Contains(b, []byte(`"output":"inside\n"`)) {
+					inside.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Until(deadline))
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d calls under a swap race, %d read the inside file, none outside", calls.Load(), inside.Load())
+	if inside.Load() == 0 {
+		t.Fatal("no call read the inside file: the race proved nothing")
+	}
+}
+
+func TestCLI(t *testing.T) {
+	fx := escapetest.Build(t)
+	d := startDaemon(t, fx.Manifest)
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"call", "read_file", "--args", `{"path":"workspace/src/a.py"}`}, 0, "hello"},
+		{[]string{"call", "--args", `{"path":"workspace/src/a.py"}`, "read_file", "--json"}, 0, `"verdict": "allow"`},
+		{[]string{"call", "read_file", "--args", `{"path":"workspace/src/.env"}`}, 3, ""},
+		{[]string{"call", "read_file", "--args", `{"path":"workspace/src/a.py"}`, "--stream"}, 0, "hello"},
+		{[]string{"call", "read_file", "--args", `{not json`}, 2, ""},
+		{[]string{"call", "read_file", "--args", `{"path":5}`}, 2, ""},
+		{[]string{"call"}, 2, ""},
+		{[]string{"tools"}, 0, "read_file"},
+		{[]string{"tools", "--json"}, 0, `"args_schema"`},
+		{[]string{"health"}, 0, "policy_version sha256:"},
+		{[]string{"--help"}, 0, "Commands:"},
+		{[]string{"call", "--help"}, 0, "Exit:"},
+		{[]string{"bogus"}, 2, ""},
+		{[]string{"--socket", "/nonexistent/s.sock", "health"}, 2, ""},
+	} {
+		out, errOut, code := sluice(t, d.socket, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.out) {
+			t.Errorf("sluice %v: exit %d (want %d), out %q, err %q", tc.args, code, tc.code, out, errOut)
+		}
+	}
+	_, errOut, _ := sluice(t, d.socket, "call", "read_file", "--args", `{"path":"workspace/src/.env"}`)
+	if !strings.Contains(errOut, "denied: never_listed") {
+		t.Errorf("denial message: %q", errOut)
+	}
+	d.stop()
+	// verify and tail; then tamper and verify again.
+	if out, _, code := sluice(t, "", "audit", "tail", "-n", "3", d.ledger()); code != 0 || strings.Count(out, "\n") != 3 {
+		t.Errorf("audit tail: %d %q", code, out)
+	}
+	b, _ := os.ReadFile(d.ledger())
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	lines[2] = bytes.Replace(lines[2], []byte(`"verdict":"deny"`), []byte(`"verdict":"allow"`), 1)
+	lines[2] = bytes.Replace(lines[2], []byte(`"verdict":"allow"`), []byte(`"verdict":"ALLOW"`), 1)
+	os.WriteFile(d.ledger(), bytes.Join(lines, nil), 0o600)
+	out, _, code := sluice(t, "", "audit", "verify", d.ledger())
+	if code != 1 || !strings.Contains(out, "BROKEN at seq 3") {
+		t.Errorf("tampered ledger: exit %d, %q", code, out)
+	}
+}
+
+func TestSignals(t *testing.T) {
+	fx := escapetest.Build(t)
+	d := startDaemon(t, fx.Manifest)
+	ctx := context.Background()
+	before, _ := d.c.Health(ctx)
+	// SIGHUP with an invalid manifest: refused, old one kept, still serving.
+	orig, _ := os.ReadFile(fx.Manifest)
+	os.WriteFile(fx.Manifest, []byte(`{"schema_version":1,"tools":{}}`), 0o644)
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(300 * time.Millisecond)
+	if h, err := d.c.Health(ctx); err != nil || h.PolicyVersion != before.PolicyVersion {
+		t.Fatalf("after bad SIGHUP: %v %v", h, err)
+	}
+	if !strings.Contains(d.stderr.String(), "reload refused") {
+		t.Fatalf("refusal not logged: %s", d.stderr)
+	}
+	// SIGHUP with a valid change.
+	os.WriteFile(fx.Manifest, bytes.Replace(orig, []byte("4096"), []byte("1024"), 1), 0o644)
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h, _ := d.c.Health(ctx)
+		if h != nil && h.PolicyVersion != before.PolicyVersion {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("SIGHUP did not reload")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// SIGTERM: clean exit, socket gone, ledger intact.
+	d.c.Close()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-d.exited; err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	d.cmd = nil
+	if exists(d.socket) {
+		t.Fatal("socket left behind")
+	}
+	if out, _, code := sluice(t, "", "audit", "verify", d.ledger()); code != 0 {
+		t.Fatal(out)
+	}
+}
+
+// TestCrashRecovery: SIGKILL mid-life, a torn record appended, restart:
+// the daemon cuts the torn line, records that it did, and the chain holds.
+func TestCrashRecovery(t *testing.T) {
+	fx := escapetest.Build(t)
+	d := startDaemon(t, fx.Manifest)
+	for range 5 {
+		d.read("read_file", "workspace/src/a.py")
+	}
+	d.cmd.Process.Kill()
+	<-d.exited
+	d.cmd = nil
+	f, _ := os.OpenFile(d.ledger(), os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString(`{"args":{"path":"workspace/src/a.py"},"call_id":"c-torn","ki`)
+	f.Close()
+	d.start() // the stale socket is taken over
+	if res, _ := d.read("read_file", "workspace/src/a.py"); !res.OK {
+		t.Fatal(res.Reason)
+	}
+	d.stop()
+	out, _, code := sluice(t, "", "audit", "verify", d.ledger())
+	if code != 0 {
+		t.Fatalf("after recovery: %s", out)
+	}
+	b, _ := os.ReadFile(d.ledger())
+	if !bytes.Contains(b, []byte(`"kind":"recovered"`)) || bytes.Contains(b, []byte("c-torn")) {
+		t.Fatal("torn record not cut and recorded")
+	}
+}
+
+func TestBadStart(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "Usage"},
+		{[]string{"--manifest", filepath.Join(dir, "none.json")}, "no such file"},
+		{[]string{"--manifest", writeFile(t, dir, "bad.json", `{"schema_version":1,"tools":{"r":{"operation":"read","roots":["../x"]}}}`)}, "tools.r.roots[0]"},
+	} {
+		cmd := exec.Command(filepath.Join(binDir, "sluiced"), append(tc.args, "--socket", filepath.Join(dir, "s"), "--state-dir", dir)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("sluiced %v: %v %s", tc.args, err, out)
+		}
+	}
+}
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

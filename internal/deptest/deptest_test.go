@@ -1,0 +1,77 @@
+// Package deptest fails when an import crosses one of sluice's package
+// boundaries (the habit of tailscale's tstest/deptest).
+package deptest
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/sluicehq/sluice/"
+
+func TestImportBoundaries(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "seccomp", "-json", "../../...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := 0
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		name := strings.TrimPrefix(p.ImportPath, mod)
+		for _, imp := range p.Imports {
+			if msg := forbidden(name, imp); msg != "" {
+				t.Errorf("%s imports %s: %s", name, imp, msg)
+			}
+		}
+	}
+	if seen < 8 {
+		t.Fatalf("go list saw only %d packages", seen)
+	}
+}
+
+// forbidden returns why pkg may not import imp, or "".
+func forbidden(pkg, imp string) string {
+	ours := strings.HasPrefix(imp, mod)
+	local := strings.TrimPrefix(imp, mod)
+	thirdParty := strings.Contains(strings.Split(imp, "/")[0], ".") && !ours
+	switch pkg {
+	case "api":
+		if ours || thirdParty {
+			return "api is the wire contract: standard library only"
+		}
+	case "client":
+		if (ours && local != "api") || thirdParty {
+			return "the client imports only api and the standard library"
+		}
+	case "authz":
+		switch imp {
+		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix", "time":
+			return "authz is pure: no syscalls, no I/O, no clock"
+		}
+		if ours && local != "api" {
+			return "authz depends only on api"
+		}
+	case "audit", "internal/securefs":
+		if ours {
+			return pkg + " is a leaf: it imports none of sluice's packages"
+		}
+	case "daemon", "sandbox":
+		if strings.HasPrefix(local, "cmd/") {
+			return "imports flow down: cmd -> daemon -> {authz, sandbox, audit} -> internal"
+		}
+	}
+	if ours && strings.HasPrefix(local, "cmd/") && !strings.HasPrefix(pkg, "cmd/") {
+		return "nothing imports cmd/"
+	}
+	return ""
+}

@@ -1,0 +1,426 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// fixture is a workspace (mounted read-only into containers) holding the
+// probe binary, and a secret directory that is never mounted.
+type fixture struct {
+	ws, secretDir, probe string
+	wsFile               *os.File
+}
+
+var (
+	probeOnce sync.Once
+	probeBin  string
+	probeErr  error
+)
+
+func buildProbe(t *testing.T) string {
+	probeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-probe")
+		if err != nil {
+			probeErr = err
+			return
+		}
+		probeBin = filepath.Join(dir, "probe")
+		out, err := exec.Command("gcc", "-static", "-O1", "-o", probeBin, "testdata/probe.c").CombinedOutput()
+		if err != nil {
+			probeErr = fmt.Errorf("gcc probe: %v: %s", err, out)
+		}
+	})
+	if probeErr != nil {
+		t.Fatal(probeErr)
+	}
+	return probeBin
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	base := t.TempDir()
+	os.Chmod(base, 0o755)
+	f := &fixture{ws: filepath.Join(base, "ws"), secretDir: filepath.Join(base, "secret")}
+	os.MkdirAll(f.ws, 0o755)
+	os.MkdirAll(f.secretDir, 0o755)
+	os.WriteFile(filepath.Join(f.secretDir, "key"), []byte("SLUICE-SECRET-HOST\n"), 0o644)
+	os.WriteFile(filepath.Join(f.ws, "data.txt"), []byte("workspace data\n"), 0o644)
+	b, err := os.ReadFile(buildProbe(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.probe = filepath.Join(f.ws, "probe")
+	os.WriteFile(f.probe, b, 0o755)
+	fd, err := unix.Open(f.ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wsFile = os.NewFile(uintptr(fd), f.ws)
+	t.Cleanup(func() { f.wsFile.Close() })
+	return f
+}
+
+func (f *fixture) spec(t *testing.T) *Spec {
+	s := defaultSpec(t)
+	s.Mounts = []Mount{{File: f.wsFile, Dest: f.ws}}
+	s.Cwd = f.ws
+	return s
+}
+
+func run(t *testing.T, r *Runner, s *Spec, argv ...string) *Result {
+	t.Helper()
+	b, err := r.Create(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Exec(context.Background(), argv, 1<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestEscapeProbes: each probe tries one escape; none may print ESCAPED.
+func TestEscapeProbes(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	probes := []struct {
+		name, arg, want string
+	}{
+		{"unshare-user", "", "blocked"}, {"unshare-ns", "", "blocked"}, {"unshare-net", "", "blocked"},
+		{"clone-newuser", "", "blocked"}, {"clone-newpid", "", "blocked"}, {"clone3", "", "blocked:clone3:ENOSYS"},
+		{"fork", "", "fork-ok:7"},
+		{"mount", "", "blocked"}, {"umount", "", "blocked"}, {"pivot_root", "", "blocked"},
+		{"open_tree", "", "blocked"}, {"move_mount", "", "blocked"}, {"fsopen", "", "blocked"},
+		{"setns", "", "blocked"}, {"ptrace", "", "blocked"}, {"process_vm_readv", "", "blocked"},
+		{"bpf", "", "blocked"}, {"keyctl", "", "blocked"}, {"add_key", "", "blocked"}, {"request_key", "", "blocked"},
+		{"perf_event_open", "", "blocked"}, {"io_uring_setup", "", "blocked"}, {"open_by_handle_at", "", "blocked"},
+		{"userfaultfd", "", "blocked"}, {"kexec_load", "", "blocked"}, {"init_module", "", "blocked"},
+		{"reboot", "", "blocked"}, {"chroot", "", "blocked"}, {"setuid0", "", "blocked"},
+		{"tiocsti", "", "blocked:tiocsti:13:"}, {"tiocsti-highbits", "", "blocked:tiocsti-highbits:13:"},
+		{"tioclinux", "", "blocked:tioclinux:13:"},
+		{"x32", "", ""}, {"i386", "", ""},
+		{"connect", port, "blocked"},
+		{"read", filepath.Join(f.secretDir, "key"), "blocked"},
+		{"read", "/root/.bash_history", "blocked"},
+		{"write", filepath.Join(f.ws, "new.txt"), "blocked:write:30:"}, // EROFS
+		{"write", filepath.Join(f.ws, "data.txt"), "blocked:write:30:"},
+		{"write", "/etc/evil", "blocked"}, {"write", "/usr/evil", "blocked"}, {"write", "/evil", "blocked"},
+	}
+	for _, p := range probes {
+		res := run(t, r, f.spec(t), f.probe, p.name, p.arg)
+		out := string(res.Stdout) + string(res.Stderr)
+		if strings.Contains(out, "ESCAPED") || strings.Contains(out, "SLUICE-SECRET") {
+			t.Errorf("%s %s: ESCAPED: %s", p.name, p.arg, out)
+			continue
+		}
+		if p.want != "" && !strings.Contains(out, p.want) {
+			t.Errorf("%s %s: want %q in output, got %q (exit %d)", p.name, p.arg, p.want, out, res.ExitCode)
+		}
+	}
+	if accepted.Load() != 0 {
+		t.Fatal("a container reached a host listener on 127.0.0.1")
+	}
+}
+
+func TestIsolationFacts(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	s := f.spec(t)
+	s.Env = append(s.Env, "LANG=C.UTF-8")
+	status := string(run(t, r, s, f.probe, "status").Stdout)
+	for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",
+		"Uid:\t65534\t65534\t65534\t65534", "Gid:\t65534\t65534\t65534\t65534"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status lacks %q:\n%s", want, status)
+		}
+	}
+	if fds := string(run(t, r, s, f.probe, "fds").Stdout); strings.TrimSpace(fds) != "FDS:0,1,2," {
+		t.Errorf("open fds: %q, want only 0,1,2", fds)
+	}
+	env := strings.TrimSpace(string(run(t, r, s, f.probe, "env").Stdout))
+	// PATH and the tool's env; HOME is set by the runtime from the
+	// container's own /etc/passwd, nothing comes from the daemon.
+	if env != "ENV:PATH="+DefaultPath+"\nENV:LANG=C.UTF-8\nENV:HOME=/tmp" {
+		t.Errorf("environment:\n%s", env)
+	}
+	// stdin is an empty pipe: cat returns at once with nothing.
+	if res := run(t, r, s, "cat"); res.ExitCode != 0 || len(res.Stdout) != 0 {
+		t.Errorf("cat of stdin: exit %d out %q", res.ExitCode, res.Stdout)
+	}
+	// the mount shows the workspace, read-only; /tmp is writable.
+	res := run(t, r, s, "sh", "-c", "cat data.txt && echo ok > /tmp/x && cat /tmp/x && hostname")
+	if out := string(res.Stdout); !strings.Contains(out, "workspace data") || !strings.Contains(out, "ok\nsluice") {
+		t.Errorf("workspace, /tmp or hostname: %q %q", out, res.Stderr)
+	}
+	// The only interface is lo, and it is down: nothing, not even
+	// loopback, is reachable.
+	res = run(t, r, s, "sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+	if ifs := strings.TrimSpace(string(res.Stdout)); ifs != "lo" {
+		t.Errorf("interfaces: %q, want only lo", ifs)
+	}
+	if out := string(run(t, r, s, f.probe, "connect", "9").Stdout); !strings.Contains(out, "blocked:connect:101:") {
+		t.Errorf("connect to 127.0.0.1 inside: %q, want ENETUNREACH", out)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	t.Run("memory balloon", func(t *testing.T) {
+		s := f.spec(t)
+		s.Limits.MemoryBytes = 64 << 20
+		res := run(t, r, s, f.probe, "balloon", "512")
+		if !res.OOM || strings.Contains(string(res.Stdout), "balloon-done") {
+			t.Fatalf("balloon not stopped by the memory limit: %+v %s", res, res.Stdout)
+		}
+	})
+	t.Run("fork bomb", func(t *testing.T) {
+		s := f.spec(t)
+		s.Limits.Pids = 32
+		s.Limits.Timeout = 3 * time.Second
+		res := run(t, r, s, "sh", "-c", "b() { b | b & }; b; sleep 100")
+		if !res.PidsMax {
+			t.Fatalf("fork bomb did not hit the pids limit: %+v", res)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		s := f.spec(t)
+		s.Limits.Timeout = time.Second
+		start := time.Now()
+		res := run(t, r, s, "sh", "-c", "sleep 600 & sleep 600")
+		if !res.TimedOut || time.Since(start) > 5*time.Second {
+			t.Fatalf("sleep 600: %+v after %v", res, time.Since(start))
+		}
+	})
+	r.Wait()
+	if n := processesInScope(r); n > 0 {
+		t.Fatalf("%d processes left running", n)
+	}
+}
+
+// processesInScope counts host processes in this runner's cgroups.
+func processesInScope(r *Runner) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
+		if strings.Contains(string(b), "/sluice/"+r.scope+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestOutputCap(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b, err := r.Create(f.spec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunks atomic.Int64
+	res, err := b.Exec(context.Background(), []string{"sh", "-c", "yes | head -c 200000000; yes err | head -c 10000000 >&2"}, 4096,
+		func(c Chunk) { chunks.Add(int64(len(c.Data))) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if len(res.Stdout) != 4096 || len(res.Stderr) != 4096 || !res.Truncated || res.ExitCode != 0 {
+		t.Fatalf("stdout %d stderr %d truncated %t exit %d", len(res.Stdout), len(res.Stderr), res.Truncated, res.ExitCode)
+	}
+	if chunks.Load() != 8192 {
+		t.Fatalf("streamed %d bytes, want 8192", chunks.Load())
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 8<<20 {
+		t.Fatalf("heap grew %d bytes while 210 MB were printed", grew)
+	}
+}
+
+// TestMountSourceSwapRace: the mount source is the fd resolved before;
+// swapping the path for a symlink to a secret while containers are created
+// never shows the secret inside.
+func TestMountSourceSwapRace(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	moved := f.ws + ".moved"
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			os.Rename(f.ws, moved)
+			os.Symlink(f.secretDir, f.ws)
+			time.Sleep(time.Millisecond)
+			os.Remove(f.ws)
+			os.Rename(moved, f.ws)
+		}
+	}()
+	for i := 0; i < 10; i++ {
+		s := f.spec(t)
+		s.Cwd = "/"
+		b, err := r.Create(s)
+		if err != nil {
+			continue // the cwd or path may be mid-swap; creation may fail, never escape
+		}
+		res, err := b.Exec(context.Background(), []string{"sh", "-c", "cat " + f.ws + "/* 2>&1 | head -c 300"}, 4096, nil)
+		if err == nil && strings.Contains(string(res.Stdout), "SLUICE-SECRET") {
+			t.Fatalf("ESCAPE: mount followed a swapped-in symlink: %s", res.Stdout)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+}
+
+func TestPool(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	p := NewPool(r, f.spec(t), 2, r.log)
+	defer p.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Ready() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.Ready() != 2 {
+		t.Fatal("pool did not fill")
+	}
+	seen := map[string]bool{}
+	for i := 0; i < 4; i++ {
+		b := p.Get()
+		for b == nil && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			b = p.Get()
+		}
+		if b == nil || seen[b.ID] {
+			t.Fatal("no box, or a box handed out twice")
+		}
+		seen[b.ID] = true
+		if usage := b.MemoryUsage(); i == 0 {
+			t.Logf("a waiting pooled container is charged %d KiB", usage>>10)
+		}
+		res, err := b.Exec(context.Background(), []string{f.probe, "fork"}, 4096, nil)
+		if err != nil || !strings.Contains(string(res.Stdout), "fork-ok") {
+			t.Fatalf("pooled exec: %v %s", err, res.Stdout)
+		}
+	}
+}
+
+func TestNoFDGrowth(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	count := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
+	run(t, r, f.spec(t), "true")
+	r.Wait()
+	before := count()
+	for i := 0; i < 5; i++ {
+		run(t, r, f.spec(t), "true")
+	}
+	r.Wait()
+	if after := count(); after > before {
+		t.Fatalf("fds grew from %d to %d over 5 containers", before, after)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	helper := testutil.Helper(t)
+	r1, err := NewRunner(dir, helper, newRunner(t).log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t)
+	b, err := r1.Create(f.spec(t)) // never destroyed: a "crash"
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { // what the crashed process held
+		b.stdin.Close()
+		b.stdout.Close()
+		b.stderr.Close()
+		r1.Close()
+	}()
+	r2, _ := NewRunner(dir, helper, r1.log)
+	n, err := r2.Sweep()
+	if err != nil || n == 0 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	b.proc.Wait() // after a real crash, init reaps it
+	r2.Close()
+	if left := r2.CgroupLeftovers(); len(left) > 0 || processesInScope(r2) > 0 {
+		t.Fatalf("after sweep: cgroups %v", left)
+	}
+	if ents, _ := os.ReadDir(r2.rootfsDir()); len(ents) > 0 {
+		t.Fatal("rootfs left after sweep")
+	}
+}
+
+// TestRemoveTreeRefusesMounts: a mount visible inside a rootfs dir stops
+// the removal; the mounted content survives.
+func TestRemoveTreeRefusesMounts(t *testing.T) {
+	testutil.RequireRoot(t)
+	victim := t.TempDir()
+	os.WriteFile(filepath.Join(victim, "precious"), []byte("x"), 0o644)
+	tree := t.TempDir()
+	mp := filepath.Join(tree, "a", "b")
+	os.MkdirAll(mp, 0o755)
+	if err := unix.Mount(victim, mp, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(mp, unix.MNT_DETACH)
+	if err := removeTree(tree); err == nil {
+		t.Fatal("removeTree crossed a mount")
+	}
+	if _, err := os.Stat(filepath.Join(victim, "precious")); err != nil {
+		t.Fatal("mounted content was deleted")
+	}
+}
+
+func TestParseSeccomp(t *testing.T) {
+	for _, bad := range []string{`{}`, `{"defaultAction":"SCMP_ACT_ALLOW"}`, `{"defaultAction":"SCMP_ACT_ERRNO","bogus":1}`, `not json`} {
+		if _, err := ParseSeccomp([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}

@@ -1,0 +1,573 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	_ "github.com/opencontainers/cgroups/devices" // device rules on cgroup v1 (DESIGN §7)
+	devices "github.com/opencontainers/cgroups/devices/config"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults from DESIGN §7.
+const (
+	DefaultUID      = 65534
+	DefaultPath     = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	helperInside    = "/.sluice/helper"
+	defaultTmpBytes = 64 << 20
+	// cgroupParent holds every sandbox cgroup, so a sweep finds them all.
+	cgroupParent = "sluice"
+)
+
+// Limits confine one container.
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+	CPUs        float64 // 0: no CPU limit
+	Timeout     time.Duration
+	TmpBytes    int64
+}
+
+// Mount is a read-only bind of something the caller resolved beneath its
+// base: File is the O_PATH fd of it, Dest its path inside the container
+// (the same as on the host). The caller keeps File open until Create
+// returns.
+type Mount struct {
+	File *os.File
+	Dest string
+}
+
+// Spec is everything that makes a tool's containers.
+type Spec struct {
+	Mounts  []Mount
+	Cwd     string   // inside the container; default "/"
+	Env     []string // the whole environment: nothing is inherited
+	Limits  Limits
+	Seccomp *configs.Seccomp
+	UID     int
+	GID     int
+}
+
+// Runner creates containers. Its run dir holds libcontainer's state
+// (state/), per-container rootfs dirs (rootfs/) and the shared minimal
+// /etc (etc/).
+type Runner struct {
+	dir    string
+	helper string
+	etc    string
+	log    *slog.Logger
+	seq    atomic.Uint64
+	bg     sync.WaitGroup // background destroys
+
+	ownsRootfsMount bool // the rootfs dir was bind-mounted private by us
+	prefix          string
+	scope           string // cgroup subtree of this run dir: /sluice/<scope>/<id>
+}
+
+// ErrNotSupported is returned when this host cannot run sandboxes.
+var ErrNotSupported = errors.New("sandbox not supported on this host")
+
+// NewRunner prepares dir (created 0700) and checks the helper binary.
+func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: sluiced must run as root to create containers with cgroup limits", ErrNotSupported)
+	}
+	st, err := os.Stat(helper)
+	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("sandbox helper %s: not an executable file (build it with 'make build'): %v", helper, err)
+	}
+	// libcontainer logs through logrus; keep its chatter out of our logs.
+	logrus.SetLevel(logrus.WarnLevel)
+	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
+	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()),
+		scope: hex.EncodeToString(sum[:4])}
+	for _, d := range []string{dir, r.stateDir(), r.rootfsDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Chmod(r.rootfsDir(), 0o711); err != nil { // uid 65534 must traverse it
+		return nil, err
+	}
+	if r.ownsRootfsMount, err = privatize(r.rootfsDir()); err != nil {
+		return nil, err
+	}
+	os.Chmod(dir, 0o711)
+	if r.etc, err = prepareEtc(filepath.Join(dir, "etc")); err != nil {
+		return nil, fmt.Errorf("prepare /etc: %w", err)
+	}
+	return r, nil
+}
+
+func (r *Runner) stateDir() string  { return filepath.Join(r.dir, "state") }
+func (r *Runner) rootfsDir() string { return filepath.Join(r.dir, "rootfs") }
+
+// prepareEtc writes the minimal /etc every container sees, read-only:
+// users, hosts, and the loader cache and name-service config copied from
+// the host (dynamic binaries need ld.so.cache).
+func prepareEtc(dir string) (string, error) {
+	tmp := dir + ".new"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(filepath.Join(tmp, "alternatives"), 0o755); err != nil {
+		return "", err
+	}
+	files := map[string]string{
+		"passwd":   "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/tmp:/usr/sbin/nologin\n",
+		"group":    "root:x:0:\nnogroup:x:65534:\n",
+		"hosts":    "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
+		"hostname": "sluice\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	for _, name := range []string{"ld.so.cache", "nsswitch.conf", "localtime", "mime.types"} {
+		if b, err := os.ReadFile(filepath.Join("/etc", name)); err == nil {
+			os.WriteFile(filepath.Join(tmp, name), b, 0o644)
+		}
+	}
+	os.Chmod(tmp, 0o755)
+	old := dir + ".old"
+	os.RemoveAll(old)
+	os.Rename(dir, old)
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", err
+	}
+	os.RemoveAll(old)
+	return dir, nil
+}
+
+// Box is one created container whose first process (the helper) waits
+// for an argv. It runs exactly one command and is then destroyed.
+type Box struct {
+	ID      string
+	c       *libcontainer.Container
+	proc    *libcontainer.Process
+	stdin   *os.File
+	stdout  *os.File
+	stderr  *os.File
+	rootfs  string
+	limits  Limits
+	runner  *Runner
+	once    sync.Once
+	Created time.Time
+}
+
+// Create makes a container for spec and starts its helper. The mounts'
+// fds are read by the container's init while Create runs; after it
+// returns the caller may close them.
+func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
+	id := fmt.Sprintf("%s-%d", r.prefix, r.seq.Add(1))
+	rootfs := filepath.Join(r.rootfsDir(), id)
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			removeTree(rootfs)
+		}
+	}()
+	if err := mirrorTopLinks(rootfs); err != nil {
+		return nil, err
+	}
+	premounts, err := r.premount(rootfs, spec)
+	// The container gets its own copies of these mounts when it is set up;
+	// the host's copies are detached as soon as that is done (or failed).
+	defer unmountAll(premounts)
+	if err != nil {
+		return nil, err
+	}
+	cfg := r.config(spec, id, rootfs)
+	c, err := libcontainer.Create(r.stateDir(), id, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	b := &Box{ID: id, c: c, rootfs: rootfs, limits: spec.Limits, runner: r}
+	defer func() {
+		if retErr != nil {
+			b.Destroy()
+		}
+	}()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	b.stdin, b.stdout, b.stderr = inW, outR, errR
+	cwd := spec.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	b.proc = &libcontainer.Process{
+		Args: []string{helperInside}, Env: spec.Env, UID: spec.UID, GID: spec.GID, Cwd: cwd,
+		Stdin: inR, Stdout: outW, Stderr: errW, Init: true,
+		// numeric, as libcontainer's init parses it (logrus.WarnLevel)
+		LogLevel: strconv.Itoa(int(logrus.WarnLevel)),
+	}
+	err = c.Run(b.proc)
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start container: %w", err)
+	}
+	b.Created = time.Now()
+	return b, nil
+}
+
+// mirrorTopLinks recreates the host's merged-usr links (/bin -> usr/bin
+// …) in the rootfs; on a host where they are directories they are bound
+// read-only instead (see config).
+func mirrorTopLinks(rootfs string) error {
+	for _, name := range []string{"bin", "sbin", "lib", "lib64", "lib32", "libx32"} {
+		target, err := os.Readlink("/" + name)
+		if err != nil {
+			continue
+		}
+		if err := os.Symlink(target, filepath.Join(rootfs, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const (
+	roBind = unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
+)
+
+func (r *Runner) config(spec *Spec, id, rootfs string) *configs.Config {
+	mounts := []*configs.Mount{
+		{Source: "proc", Destination: "/proc", Device: "proc", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=64k"},
+		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "mode=1777,size=16m"},
+		{Source: "/usr", Destination: "/usr", Device: "bind", Flags: roBind},
+	}
+	for _, name := range []string{"bin", "sbin", "lib", "lib64"} {
+		if fi, err := os.Lstat("/" + name); err == nil && fi.IsDir() {
+			mounts = append(mounts, &configs.Mount{Source: "/" + name, Destination: "/" + name, Device: "bind", Flags: roBind})
+		}
+	}
+	mounts = append(mounts,
+		&configs.Mount{Source: r.etc, Destination: "/etc", Device: "bind", Flags: roBind | unix.MS_NOEXEC})
+	if fi, err := os.Stat("/etc/alternatives"); err == nil && fi.IsDir() {
+		mounts = append(mounts, &configs.Mount{Source: "/etc/alternatives", Destination: "/etc/alternatives", Device: "bind", Flags: roBind})
+	}
+	mounts = append(mounts,
+		&configs.Mount{Source: r.helper, Destination: helperInside, Device: "bind", Flags: roBind})
+	// /tmp and the tool's mounts are already in the rootfs: see premount.
+	var devs []*devices.Device
+	var rules []*devices.Rule
+	for _, d := range specconv.AllowedDevices {
+		if d.Path == "" {
+			continue // wildcard rules: nothing here may mknod
+		}
+		devs = append(devs, d)
+		rules = append(rules, &d.Rule)
+	}
+	res := &cgroups.Resources{Devices: rules}
+	if l := spec.Limits.MemoryBytes; l > 0 {
+		res.Memory = l
+		res.MemorySwap = l // memory+swap == memory: no swap
+	}
+	if spec.Limits.Pids > 0 {
+		res.PidsLimit = &spec.Limits.Pids
+	}
+	if spec.Limits.CPUs > 0 {
+		res.CpuPeriod = 100000
+		res.CpuQuota = int64(spec.Limits.CPUs * 100000)
+	}
+	return &configs.Config{
+		Rootfs:     rootfs,
+		Readonlyfs: true,
+		// Mount events never propagate back to the host.
+		RootPropagation: unix.MS_PRIVATE | unix.MS_REC,
+		Mounts:          mounts,
+		Devices:         devs,
+		Hostname:        "sluice",
+		Namespaces: configs.Namespaces{
+			{Type: configs.NEWNS}, {Type: configs.NEWPID}, {Type: configs.NEWIPC},
+			{Type: configs.NEWUTS}, {Type: configs.NEWNET}, {Type: configs.NEWCGROUP},
+		},
+		// No capabilities in any set.
+		Capabilities:    &configs.Capabilities{},
+		NoNewPrivileges: true,
+		Cgroups:         &cgroups.Cgroup{Path: r.cgroupPath(id), Resources: res},
+		MaskPaths: []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/proc/interrupts", "/sys/firmware"},
+		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+		Rlimits: []configs.Rlimit{
+			{Type: unix.RLIMIT_NOFILE, Hard: 1024, Soft: 1024},
+			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
+		},
+		Seccomp:           spec.Seccomp,
+		NoNewKeyring:      true,
+		ParentDeathSignal: int(unix.SIGKILL),
+	}
+}
+
+// Result is what one command did.
+type Result struct {
+	ExitCode  int // 128+signal when killed
+	Signal    int // the signal that killed it, or 0
+	Stdout    []byte
+	Stderr    []byte
+	Truncated bool // stdout or stderr had more than the cap
+	TimedOut  bool
+	OOM       bool // the memory limit was hit and the OOM killer ran
+	PidsMax   bool // fork failed at the pids limit
+	Duration  time.Duration
+}
+
+// Chunk is output as it arrives, for streaming.
+type Chunk struct {
+	Stream string // stdout or stderr
+	Data   []byte
+}
+
+// Exec hands argv to the waiting helper and waits for the command, at most
+// limits.Timeout or until ctx is done (then every process is killed).
+// stdout and stderr are each kept up to max bytes; the rest is drained and
+// dropped so the command never blocks on a full pipe. onChunk, if set, gets
+// the kept bytes as they arrive. When Exec returns every process of the
+// box is dead (PID 1 exited, so the kernel killed its pid namespace) and
+// the box is being destroyed in the background (Runner.Wait waits for it).
+func (b *Box) Exec(ctx context.Context, argv []string, max int64, onChunk func(Chunk)) (*Result, error) {
+	defer b.runner.release(b)
+	start := time.Now()
+	res := &Result{}
+	var wg sync.WaitGroup
+	var emitMu sync.Mutex
+	emit := func(stream string) func([]byte) {
+		if onChunk == nil {
+			return nil
+		}
+		return func(p []byte) {
+			emitMu.Lock()
+			onChunk(Chunk{Stream: stream, Data: p})
+			emitMu.Unlock()
+		}
+	}
+	var outTrunc, errTrunc bool
+	wg.Add(2)
+	go func() { defer wg.Done(); res.Stdout, outTrunc = capRead(b.stdout, max, emit("stdout")) }()
+	go func() { defer wg.Done(); res.Stderr, errTrunc = capRead(b.stderr, max, emit("stderr")) }()
+
+	var msg []byte
+	for _, a := range argv {
+		msg = append(append(msg, a...), 0)
+	}
+	_, werr := b.stdin.Write(msg)
+	b.stdin.Close()
+	if werr != nil {
+		return nil, fmt.Errorf("hand argv to helper: %w", werr)
+	}
+
+	waited := make(chan error, 1)
+	go func() { _, err := b.proc.Wait(); waited <- err }()
+	timeout := b.limits.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var waitErr error
+	select {
+	case waitErr = <-waited:
+	case <-timer.C:
+		res.TimedOut = true
+		b.kill()
+		waitErr = <-waited
+	case <-ctx.Done():
+		b.kill()
+		waitErr = <-waited
+	}
+	// PID 1 is gone, so the kernel has killed the whole pid namespace and
+	// every write end of the pipes is closed; the readers finish.
+	wg.Wait()
+	res.Truncated = outTrunc || errTrunc
+	res.Duration = time.Since(start)
+	res.ExitCode, res.Signal = exitStatus(waitErr)
+	res.OOM, res.PidsMax = b.limitEvents()
+	if ctx.Err() != nil && !res.TimedOut {
+		return res, ctx.Err()
+	}
+	return res, nil
+}
+
+func (b *Box) kill() {
+	if err := b.c.Signal(unix.SIGKILL); err != nil {
+		b.runner.log.Debug("kill container", "id", b.ID, "err", err)
+	}
+}
+
+func exitStatus(err error) (code, sig int) {
+	if err == nil {
+		return 0, 0
+	}
+	var ee interface{ Sys() any }
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(unix.WaitStatus); ok {
+			if ws.Signaled() {
+				return 128 + int(ws.Signal()), int(ws.Signal())
+			}
+			return ws.ExitStatus(), 0
+		}
+	}
+	return -1, 0
+}
+
+// limitEvents reads the container's cgroup counters: did the OOM killer
+// run, did a fork fail at the pids limit. Both cgroup v1 and v2 files are
+// tried.
+func (b *Box) limitEvents() (oom, pidsMax bool) {
+	st, err := b.c.State()
+	if err != nil {
+		return false, false
+	}
+	for _, p := range st.CgroupPaths {
+		if n := counter(filepath.Join(p, "memory.oom_control"), "oom_kill"); n > 0 {
+			oom = true
+		}
+		if n := counter(filepath.Join(p, "memory.events"), "oom_kill"); n > 0 {
+			oom = true
+		}
+		if n := counter(filepath.Join(p, "pids.events"), "max"); n > 0 {
+			pidsMax = true
+		}
+	}
+	return oom, pidsMax
+}
+
+func counter(file, key string) int64 {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == key {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// MemoryUsage is the container's current memory charge (what a waiting
+// pool container costs).
+func (b *Box) MemoryUsage() int64 {
+	st, err := b.c.State()
+	if err != nil {
+		return 0
+	}
+	for _, p := range st.CgroupPaths {
+		for _, f := range []string{"memory.usage_in_bytes", "memory.current"} {
+			if data, err := os.ReadFile(filepath.Join(p, f)); err == nil {
+				n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// release destroys b in the background; Wait waits for all of them.
+func (r *Runner) release(b *Box) {
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		b.Destroy()
+	}()
+}
+
+// Wait returns once every box handed to release is destroyed.
+func (r *Runner) Wait() { r.bg.Wait() }
+
+// Destroy kills whatever runs in the box and removes its cgroups, state
+// and rootfs. It is safe to call more than once.
+func (b *Box) Destroy() {
+	b.once.Do(func() {
+		if b.c != nil {
+			b.kill()
+			if b.proc != nil {
+				done := make(chan struct{})
+				go func() { b.proc.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+				}
+			}
+			if err := b.c.Destroy(); err != nil {
+				b.runner.log.Warn("destroy container", "id", b.ID, "err", err)
+			}
+		}
+		for _, f := range []*os.File{b.stdin, b.stdout, b.stderr} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		if err := removeTree(b.rootfs); err != nil {
+			b.runner.log.Warn("remove rootfs", "id", b.ID, "err", err)
+		}
+	})
+}
+
+// capRead reads r to EOF, keeping at most max bytes (reading max+1 to know
+// there was more) and dropping the rest, so memory stays flat however much
+// the command prints.
+func capRead(r io.Reader, limit int64, emit func([]byte)) ([]byte, bool) {
+	var kept []byte
+	truncated := false
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			room := limit - int64(len(kept))
+			take := int64(n)
+			if take > room {
+				take = max(room, 0)
+				truncated = true
+			}
+			if take > 0 {
+				kept = append(kept, buf[:take]...)
+				if emit != nil {
+					emit(append([]byte(nil), buf[:take]...))
+				}
+			}
+		}
+		if err != nil {
+			return kept, truncated
+		}
+	}
+}

@@ -1,0 +1,219 @@
+/*
+ * probe: tries one escape from inside a sluice sandbox and prints
+ * "ESCAPED:<name>" only if it worked; otherwise "blocked:<name>:<errno>".
+ * Tests assert that no ESCAPED marker ever appears.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <linux/perf_event.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <termios.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static int report(const char *name, long rc) {
+	if (rc >= 0)
+		printf("ESCAPED:%s rc=%ld\n", name, rc);
+	else
+		printf("blocked:%s:%d:%s\n", name, errno, strerror(errno));
+	fflush(stdout);
+	return 0;
+}
+
+static long i386_getpid(void) {
+	long ret;
+	/* int 0x80 with eax=20 (getpid in the i386 table) */
+	__asm__ volatile("int $0x80" : "=a"(ret) : "a"(20) : "memory");
+	if (ret < 0 && ret > -4096) {
+		errno = -ret;
+		return -1;
+	}
+	return ret;
+}
+
+int main(int argc, char **argv) {
+	if (argc < 2) {
+		fprintf(stderr, "usage: probe NAME [ARG]\n");
+		return 2;
+	}
+	const char *p = argv[1];
+	const char *arg = argc > 2 ? argv[2] : "";
+	errno = 0;
+	if (!strcmp(p, "unshare-user")) return report(p, unshare(CLONE_NEWUSER));
+	if (!strcmp(p, "unshare-ns")) return report(p, unshare(CLONE_NEWNS));
+	if (!strcmp(p, "unshare-net")) return report(p, unshare(CLONE_NEWNET));
+	if (!strcmp(p, "clone-newuser")) {
+		long rc = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+		if (rc == 0) _exit(0);
+		if (rc > 0) waitpid(rc, 0, 0);
+		return report(p, rc);
+	}
+	if (!strcmp(p, "clone-newpid")) {
+		long rc = syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+		if (rc == 0) _exit(0);
+		if (rc > 0) waitpid(rc, 0, 0);
+		return report(p, rc);
+	}
+	if (!strcmp(p, "clone3")) {
+		long rc = syscall(435 /* clone3 */, 0, 0);
+		if (rc < 0 && errno == ENOSYS) { printf("blocked:clone3:ENOSYS\n"); return 0; }
+		if (rc < 0) { printf("clone3-unexpected-errno:%d\n", errno); return 0; }
+		return report(p, rc);
+	}
+	if (!strcmp(p, "fork")) { /* plain fork must still work */
+		pid_t c = fork();
+		if (c == 0) _exit(7);
+		int st = 0;
+		waitpid(c, &st, 0);
+		printf("fork-ok:%d\n", WEXITSTATUS(st));
+		return 0;
+	}
+	if (!strcmp(p, "mount")) return report(p, mount("tmpfs", "/tmp", "tmpfs", 0, ""));
+	if (!strcmp(p, "umount")) return report(p, umount2("/proc", MNT_DETACH));
+	if (!strcmp(p, "pivot_root")) return report(p, syscall(SYS_pivot_root, "/tmp", "/tmp"));
+	if (!strcmp(p, "open_tree")) return report(p, syscall(428, AT_FDCWD, "/usr", 1 /* OPEN_TREE_CLONE */));
+	if (!strcmp(p, "move_mount")) return report(p, syscall(429, -1, "", AT_FDCWD, "/tmp", 0));
+	if (!strcmp(p, "fsopen")) return report(p, syscall(430, "tmpfs", 0));
+	if (!strcmp(p, "setns")) {
+		int fd = open("/proc/self/ns/net", O_RDONLY);
+		return report(p, syscall(SYS_setns, fd, 0));
+	}
+	if (!strcmp(p, "ptrace")) return report(p, ptrace(PTRACE_TRACEME, 0, 0, 0));
+	if (!strcmp(p, "process_vm_readv")) {
+		char buf[8], src[8] = "x";
+		struct iovec l = {buf, 8}, r = {src, 8};
+		return report(p, process_vm_readv(getpid(), &l, 1, &r, 1, 0));
+	}
+	if (!strcmp(p, "bpf")) {
+		union bpf_attr a;
+		memset(&a, 0, sizeof a);
+		a.map_type = BPF_MAP_TYPE_ARRAY; a.key_size = 4; a.value_size = 4; a.max_entries = 1;
+		return report(p, syscall(SYS_bpf, BPF_MAP_CREATE, &a, sizeof a));
+	}
+	if (!strcmp(p, "keyctl")) return report(p, syscall(SYS_keyctl, 1 /* JOIN_SESSION_KEYRING */, 0));
+	if (!strcmp(p, "add_key")) return report(p, syscall(SYS_add_key, "user", "k", "v", 1, -3));
+	if (!strcmp(p, "request_key")) return report(p, syscall(SYS_request_key, "user", "k", 0, 0));
+	if (!strcmp(p, "perf_event_open")) {
+		struct perf_event_attr a;
+		memset(&a, 0, sizeof a);
+		a.type = PERF_TYPE_SOFTWARE; a.size = sizeof a; a.config = PERF_COUNT_SW_CPU_CLOCK;
+		return report(p, syscall(SYS_perf_event_open, &a, 0, -1, -1, 0));
+	}
+	if (!strcmp(p, "io_uring_setup")) {
+		char params[120];
+		memset(params, 0, sizeof params);
+		return report(p, syscall(425, 8, params));
+	}
+	if (!strcmp(p, "open_by_handle_at")) {
+		char h[128];
+		memset(h, 0, sizeof h);
+		*(unsigned *)h = 8;
+		return report(p, syscall(SYS_open_by_handle_at, AT_FDCWD, h, O_RDONLY));
+	}
+	if (!strcmp(p, "userfaultfd")) return report(p, syscall(SYS_userfaultfd, 0));
+	if (!strcmp(p, "kexec_load")) return report(p, syscall(SYS_kexec_load, 0, 0, 0, 0));
+	if (!strcmp(p, "init_module")) return report(p, syscall(SYS_init_module, "", 0, ""));
+	if (!strcmp(p, "reboot")) return report(p, syscall(SYS_reboot, 0xfee1dead, 672274793, 0 /* CAD_OFF */, 0));
+	if (!strcmp(p, "chroot")) return report(p, chroot("/tmp"));
+	if (!strcmp(p, "setuid0")) return report(p, setuid(0));
+	if (!strcmp(p, "tiocsti")) {
+		char c = 'x';
+		long rc = ioctl(0, TIOCSTI, &c);
+		if (rc < 0 && errno != EACCES) { printf("tiocsti-not-seccomp:%d\n", errno); return 0; }
+		return report(p, rc);
+	}
+	if (!strcmp(p, "tiocsti-highbits")) {
+		char c = 'x';
+		long rc = syscall(SYS_ioctl, 0, (unsigned long)TIOCSTI | (1UL << 32), &c);
+		if (rc < 0 && errno != EACCES) { printf("tiocsti-not-seccomp:%d\n", errno); return 0; }
+		return report(p, rc);
+	}
+	if (!strcmp(p, "tioclinux")) {
+		char c = 0;
+		long rc = ioctl(0, TIOCLINUX, &c);
+		if (rc < 0 && errno != EACCES) { printf("tioclinux-not-seccomp:%d\n", errno); return 0; }
+		return report(p, rc);
+	}
+	if (!strcmp(p, "x32")) {
+		long rc = syscall(0x40000000 | 39 /* getpid, x32 */);
+		return report(p, rc);
+	}
+	if (!strcmp(p, "i386")) {
+		printf("trying i386\n");
+		fflush(stdout);
+		return report(p, i386_getpid());
+	}
+	if (!strcmp(p, "connect")) { /* arg: port on 127.0.0.1 */
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		if (s < 0) return report(p, s);
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(arg))};
+		inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+		return report(p, connect(s, (struct sockaddr *)&a, sizeof a));
+	}
+	if (!strcmp(p, "read")) { /* arg: a host path that must not be visible */
+		int fd = open(arg, O_RDONLY);
+		if (fd < 0) return report(p, fd);
+		char buf[256];
+		long n = read(fd, buf, sizeof buf - 1);
+		if (n > 0) { buf[n] = 0; printf("CONTENT:%s\n", buf); }
+		return report(p, n);
+	}
+	if (!strcmp(p, "write")) { /* arg: a path to create */
+		return report(p, open(arg, O_WRONLY | O_CREAT | O_TRUNC, 0644));
+	}
+	if (!strcmp(p, "fds")) {
+		DIR *d = opendir("/proc/self/fd");
+		int self = dirfd(d);
+		struct dirent *e;
+		printf("FDS:");
+		while ((e = readdir(d))) {
+			if (e->d_name[0] == '.' || atoi(e->d_name) == self) continue;
+			printf("%s,", e->d_name);
+		}
+		printf("\n");
+		return 0;
+	}
+	if (!strcmp(p, "env")) {
+		for (char **e = environ; *e; e++) printf("ENV:%s\n", *e);
+		return 0;
+	}
+	if (!strcmp(p, "status")) {
+		FILE *f = fopen("/proc/self/status", "r");
+		char line[256];
+		while (fgets(line, sizeof line, f))
+			if (!strncmp(line, "Cap", 3) || !strncmp(line, "NoNewPrivs", 10) || !strncmp(line, "Seccomp:", 8) || !strncmp(line, "Uid", 3) || !strncmp(line, "Gid", 3))
+				printf("%s", line);
+		return 0;
+	}
+	if (!strcmp(p, "balloon")) { /* touch arg MiB */
+		long mb = atol(arg);
+		for (long i = 0; i < mb; i++) {
+			char *b = malloc(1 << 20);
+			if (!b) { printf("malloc-failed\n"); return 1; }
+			memset(b, 1, 1 << 20);
+		}
+		printf("balloon-done\n");
+		return 0;
+	}
+	fprintf(stderr, "unknown probe %s\n", p);
+	return 2;
+}

@@ -74,6 +74,7 @@ func TestManifestErrors(t *testing.T) {
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute"}}}`, "tools.x.commands"},
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[[]]}}}`, "tools.x.commands[0]"},
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"roots":["a"]}}}`, "tools.x.roots"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"never":["/abs"]}}}`, "tools.x.never[0]"},
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"mounts":["../etc"]}}}`, "tools.x.mounts[0]"},
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"env":{"A=B":"c"}}}}`, "tools.x.env"},
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"timeout_ms":-5}}}`, "tools.x.timeout_ms"},

@@ -375,9 +375,6 @@ func validateTool(key string, t *Tool) error {
 	if len(t.Roots) > 0 {
 		return merr(key+".roots", "applies to read, list and write tools; an execute tool uses \"mounts\"")
 	}
-	if len(t.Never) > 0 {
-		return merr(key+".never", "applies to read, list and write tools; remove it")
-	}
 	if len(t.Commands) == 0 {
 		return merr(key+".commands", "missing; list the allowed argv arrays, e.g. [[\"python3\",\"-m\",\"unittest\"]]")
 	}
@@ -401,7 +398,12 @@ func validateTool(key string, t *Tool) error {
 		}
 	}
 	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {
-		return merr(key+".cwd", "%q must be an absolute path inside the container (e.g. a mount's host path or /tmp)", t.Cwd)
+		if err := validateRel(t.Cwd); err != nil {
+			return merr(key+".cwd", "%q %v (or give an absolute path inside the container, such as /tmp)", t.Cwd, err)
+		}
+	}
+	if strings.ContainsRune(t.Cwd, 0) {
+		return merr(key+".cwd", "contains a NUL byte")
 	}
 	for _, k := range sortedKeys(t.Env) {
 		if k == "" || strings.ContainsAny(k, "=\x00") {

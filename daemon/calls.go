@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -38,6 +39,7 @@ func badf(format string, a ...any) error { return &badRequest{fmt.Sprintf(format
 type call struct {
 	d     *Daemon
 	p     *policy
+	ctx   context.Context // the request's: done when the client goes away
 	peer  Peer
 	start time.Time
 	id    string
@@ -68,7 +70,7 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 
 	p := d.acquire()
 	defer p.release()
-	c := &call{d: d, p: p, peer: peer, start: start, handles: map[int]*securefs.Handle{}}
+	c := &call{d: d, p: p, ctx: r.Context(), peer: peer, start: start, handles: map[int]*securefs.Handle{}}
 	defer c.closeHandles()
 	if err := c.parse(body); err != nil {
 		writeError(w, http.StatusBadRequest, api.ErrBadRequest, err.Error())
@@ -367,6 +369,7 @@ type outcome struct {
 	ok        bool
 	reason    string
 	output    []byte
+	stderr    []byte
 	truncated bool
 	exitCode  *int
 }
@@ -440,7 +443,7 @@ func (c *call) run() *outcome {
 		}
 		return nil
 	}
-	o := c.execute()
+	o := c.execute(nil)
 	rseq, err := c.auditResult(o)
 	if err != nil {
 		// The decision is durable or nothing is; the output stays here.
@@ -472,8 +475,9 @@ func (c *call) present(o *outcome) any {
 	if o != nil {
 		res.OK, res.Reason, res.Truncated, res.ExitCode = o.ok, o.reason, o.truncated, o.exitCode
 		res.Bytes = int64(len(o.output))
-		if o.ok || len(o.output) > 0 {
+		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil) {
 			setOutput(&res, o.output)
+			res.Stderr = validStderr(o.stderr)
 		}
 	}
 	return res
@@ -488,8 +492,9 @@ func setOutput(res *api.CallResult, b []byte) {
 	res.OutputB64 = base64.StdEncoding.EncodeToString(b)
 }
 
-// execute runs an allowed call on what was resolved for it.
-func (c *call) execute() *outcome {
+// execute runs an allowed call on what was resolved for it. onChunk, when
+// set, gets output as it arrives (streaming).
+func (c *call) execute(onChunk func(stream string, data []byte)) *outcome {
 	switch c.tool.Operation {
 	case api.OpRead, api.OpList:
 		h := c.handles[c.dec.Resource.Root]
@@ -509,7 +514,12 @@ func (c *call) execute() *outcome {
 			c.d.log.Error("file tool failed", "err", err, "call_id", c.id)
 			return &outcome{reason: api.ReasonInternalError}
 		}
+		if onChunk != nil && len(data) > 0 {
+			onChunk("stdout", data)
+		}
 		return &outcome{ok: true, reason: api.ReasonAllowed, output: data, truncated: trunc}
+	case api.OpExecute:
+		return c.runExec(onChunk)
 	}
 	c.d.log.Error("operation has no executor in this build", "operation", c.tool.Operation, "tool", c.req.Tool)
 	return &outcome{reason: api.ReasonInternalError}
@@ -548,16 +558,15 @@ func (c *call) runStream(w http.ResponseWriter, rc *http.ResponseController) {
 		return
 	}
 	send(decision)
-	o := c.execute()
-	if len(o.output) > 0 {
-		ev := api.OutputEvent{Event: api.EventOutput, Stream: "stdout"}
-		if utf8.Valid(o.output) {
-			ev.Data = string(o.output)
+	o := c.execute(func(stream string, data []byte) {
+		ev := api.OutputEvent{Event: api.EventOutput, Stream: stream}
+		if utf8.Valid(data) {
+			ev.Data = string(data)
 		} else {
-			ev.DataB64 = base64.StdEncoding.EncodeToString(o.output)
+			ev.DataB64 = base64.StdEncoding.EncodeToString(data)
 		}
 		send(ev)
-	}
+	})
 	if rseq, err := c.auditResult(o); err != nil || c.d.ledger.Sync(rseq) != nil {
 		o = &outcome{reason: api.ReasonAuditUnavailable, output: o.output}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/sandbox"
 )
 
 // Config is everything sluiced needs; cmd/sluiced fills it from flags.
@@ -32,6 +33,12 @@ type Config struct {
 	// ReadTimeout bounds reading one request, headers and body, so a
 	// client that dribbles bytes cannot pin a connection (default 10 s).
 	ReadTimeout time.Duration
+	// RunDir holds sandbox state, container rootfs dirs and the shared
+	// minimal /etc (default /run/sluice/sandbox).
+	RunDir string
+	// Helper is the sluice-helper binary that waits in pooled containers
+	// (default: sluice-helper beside the sluiced executable).
+	Helper string
 	// ResolveMode selects the path resolver (tests force the fallback).
 	ResolveMode securefs.Mode
 	// Ready, if set, is called once the socket is listening.
@@ -41,12 +48,23 @@ type Config struct {
 // DefaultStateDir is where the audit ledger lives by default.
 const DefaultStateDir = "/var/lib/sluice"
 
+// DefaultRunDir is where sandbox state lives by default.
+const DefaultRunDir = "/run/sluice/sandbox"
+
 func (c *Config) setDefaults() {
 	if c.Socket == "" {
 		c.Socket = api.DefaultSocket
 	}
 	if c.StateDir == "" {
 		c.StateDir = DefaultStateDir
+	}
+	if c.RunDir == "" {
+		c.RunDir = DefaultRunDir
+	}
+	if c.Helper == "" {
+		if exe, err := os.Executable(); err == nil {
+			c.Helper = filepath.Join(filepath.Dir(exe), "sluice-helper")
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -71,6 +89,10 @@ type Daemon struct {
 	mu  sync.RWMutex
 	pol *policy
 
+	runnerMu  sync.Mutex
+	runner    *sandbox.Runner
+	runnerErr error
+
 	reloadMu sync.Mutex
 }
 
@@ -83,7 +105,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}
-	pol, err := loadPolicy(cfg.Manifest, cfg.ResolveMode, d.log)
+	defer d.closeRunner()
+	pol, err := loadPolicyWith(cfg.Manifest, cfg.ResolveMode, d.log, d.getRunner)
 	if err != nil {
 		return err
 	}
@@ -154,6 +177,35 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 }
 
+// getRunner makes the sandbox runner on first need, sweeping what a crash
+// left in its run dir.
+func (d *Daemon) getRunner() (*sandbox.Runner, error) {
+	d.runnerMu.Lock()
+	defer d.runnerMu.Unlock()
+	if d.runner != nil || d.runnerErr != nil {
+		return d.runner, d.runnerErr
+	}
+	r, err := sandbox.NewRunner(d.cfg.RunDir, d.cfg.Helper, d.log)
+	if err != nil {
+		return nil, err // not latched: a later reload may succeed
+	}
+	if n, err := r.Sweep(); err != nil {
+		d.log.Warn("sandbox sweep incomplete", "removed", n, "err", err)
+	} else if n > 0 {
+		d.log.Warn("removed sandbox leftovers from an earlier run", "count", n)
+	}
+	d.runner = r
+	return r, nil
+}
+
+func (d *Daemon) closeRunner() {
+	d.runnerMu.Lock()
+	defer d.runnerMu.Unlock()
+	if d.runner != nil {
+		d.runner.Close()
+	}
+}
+
 func (d *Daemon) closePolicy() {
 	d.mu.Lock()
 	p := d.pol
@@ -175,7 +227,7 @@ func (d *Daemon) acquire() *policy {
 func (d *Daemon) reload() (*policy, error) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	np, err := loadPolicy(d.cfg.Manifest, d.cfg.ResolveMode, d.log)
+	np, err := loadPolicyWith(d.cfg.Manifest, d.cfg.ResolveMode, d.log, d.getRunner)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,11 @@ import (
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/sandbox"
 )
+
+// The test binary is re-executed as each container's init.
+func init() { sandbox.MaybeInit() }
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
@@ -58,6 +62,7 @@ func startB(b *testing.B, manifest string) *client.Client {
 	}
 	ready := make(chan struct{})
 	cfg := Config{Manifest: manifest, Socket: filepath.Join(dir, "b.sock"), StateDir: filepath.Join(dir, "state"),
+		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(b),
 		Logger: slog.New(slog.NewJSONHandler(benchLog(), nil)), Ready: func() { close(ready) }}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -81,6 +86,7 @@ func start(t *testing.T, manifest string, mode securefs.Mode, tweak ...func(*Con
 	cfg := Config{
 		Manifest: manifest, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)), ResolveMode: mode,
+		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t),
 	}
 	for _, f := range tweak {
 		f(&cfg)

@@ -84,19 +84,31 @@ func listenUnix(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("remove stale socket: %w", err)
 		}
 	}
-	// The umask makes the socket 0660 from the moment it exists, not only
-	// after the chmod below.
-	old := unix.Umask(0o117)
-	l, err := net.Listen("unix", path)
-	unix.Umask(old)
+	// The socket is bound in a fresh 0700 directory, made 0660, then
+	// renamed into place: it is never reachable with looser permissions,
+	// and no process-wide umask is touched while other goroutines create
+	// files.
+	tmpDir, err := os.MkdirTemp(dir, ".sluice-listen-")
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	l.(*net.UnixListener).SetUnlinkOnClose(true)
-	if err := os.Chmod(path, 0o660); err != nil {
+	defer os.RemoveAll(tmpDir)
+	tmpSock := filepath.Join(tmpDir, "s")
+	l, err := net.Listen("unix", tmpSock)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmpSock, 0o660); err != nil {
 		l.Close()
 		return nil, err
 	}
+	if err := os.Rename(tmpSock, path); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	l = &unlinkListener{UnixListener: ul, path: path}
 	if g, err := user.LookupGroup("sluice"); err == nil {
 		if gid, err := strconv.Atoi(g.Gid); err == nil {
 			_ = os.Chown(path, 0, gid)
@@ -132,5 +144,18 @@ type limitConn struct {
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
+	return err
+}
+
+// unlinkListener removes the socket file it was renamed to when closed.
+type unlinkListener struct {
+	*net.UnixListener
+	path string
+	once sync.Once
+}
+
+func (l *unlinkListener) Close() error {
+	err := l.UnixListener.Close()
+	l.once.Do(func() { os.Remove(l.path) })
 	return err
 }

@@ -10,8 +10,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/sandbox"
 )
 
 // policy is a loaded manifest plus the root fds it resolves through. It is
@@ -22,6 +24,7 @@ type policy struct {
 	path  string
 	base  *securefs.Root
 	roots map[string][]*securefs.Root // tool -> one per manifest root; nil where missing
+	exec  map[string]*execTool        // execute tools
 
 	users   atomic.Int64
 	retired atomic.Bool
@@ -32,6 +35,13 @@ type policy struct {
 // file tool's roots. base must exist; a missing root is logged and its
 // paths resolve to not_found until a reload finds it.
 func loadPolicy(manifestPath string, mode securefs.Mode, log *slog.Logger) (*policy, error) {
+	return loadPolicyWith(manifestPath, mode, log, nil)
+}
+
+// loadPolicyWith also readies execute tools: their mounts resolved to fds
+// beneath base, their specs, and (with a runner) their warm pools. An
+// execute tool without a runner is an error: nothing runs unconfined.
+func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, runner func() (*sandbox.Runner, error)) (*policy, error) {
 	abs, err := filepath.Abs(manifestPath)
 	if err != nil {
 		return nil, err
@@ -48,7 +58,35 @@ func loadPolicy(manifestPath string, mode securefs.Mode, log *slog.Logger) (*pol
 	if err != nil {
 		return nil, fmt.Errorf("manifest base %s: %w", m.BaseDir, err)
 	}
-	p := &policy{m: m, path: abs, base: base, roots: map[string][]*securefs.Root{}}
+	p := &policy{m: m, path: abs, base: base, roots: map[string][]*securefs.Root{}, exec: map[string]*execTool{}}
+	seccompCache := map[string]*sandbox.Profile{}
+	for name, t := range m.Tools {
+		if t.Operation != api.OpExecute {
+			continue
+		}
+		et, err := buildExec(name, t, base, m.BaseDir, seccompCache)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.exec[name] = et
+	}
+	if len(p.exec) > 0 {
+		if runner == nil {
+			p.close()
+			return nil, errors.New("manifest declares execute tools but no sandbox is available")
+		}
+		r, err := runner()
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("execute tools need the sandbox: %w", err)
+		}
+		for name, et := range p.exec {
+			if n := m.Tools[name].EffectivePool(); n > 0 {
+				et.pool = sandbox.NewPool(r, et.spec, n, log.With("tool", name))
+			}
+		}
+	}
 	for name, t := range m.Tools {
 		if len(t.Roots) == 0 {
 			continue
@@ -74,6 +112,9 @@ func loadPolicy(manifestPath string, mode securefs.Mode, log *slog.Logger) (*pol
 
 func (p *policy) close() {
 	p.once.Do(func() {
+		for _, et := range p.exec {
+			et.close()
+		}
 		for _, rs := range p.roots {
 			for _, r := range rs {
 				if r != nil {

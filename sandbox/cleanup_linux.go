@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -235,4 +236,32 @@ func killAndDestroy(c *libcontainer.Container) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return c.Destroy()
+}
+
+// Leftovers lists what containers of the run dir dir left behind, read
+// from the kernel rather than from any bookkeeping: cgroups under its
+// scope in every hierarchy, mounts under its rootfs area, processes in its
+// cgroups, and rootfs dirs. Tests assert it is empty after a daemon stops.
+func Leftovers(dir string) []string {
+	r := &Runner{dir: dir, scope: scopeOf(dir)}
+	var out []string
+	out = append(out, r.CgroupLeftovers()...)
+	for _, m := range mountsUnder(r.rootfsDir()) {
+		out = append(out, "mount "+m)
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
+		if strings.Contains(string(b), "/"+cgroupParent+"/"+r.scope+"/") {
+			out = append(out, "process "+e.Name())
+		}
+	}
+	rootfs, _ := os.ReadDir(r.rootfsDir())
+	for _, e := range rootfs {
+		out = append(out, "rootfs "+e.Name())
+	}
+	return out
 }

@@ -86,8 +86,97 @@ func (r *Runner) premount(rootfs string, spec *Spec) ([]string, error) {
 		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return made, fmt.Errorf("make %s read-only: %w", m.Dest, err)
 		}
+		if spec.Hide != nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			masked, err := r.maskHidden(m.File, target, spec.Hide)
+			made = append(made, masked...)
+			if err != nil {
+				return made, fmt.Errorf("mask never-listed paths in %s: %w", m.Dest, err)
+			}
+		}
 	}
 	return made, nil
+}
+
+// maxMaskWalk bounds the walk of one mounted tree. A larger tree fails
+// the container: a secret that could not be looked for is not exposed.
+const maxMaskWalk = 100_000
+
+// maskHidden walks the tree mounted at target through its source fd (never
+// following a symlink; a symlink to a hidden file reaches the mask inside
+// the container) and mounts over every path hide selects: an empty
+// read-only file over files, an empty read-only tmpfs over directories.
+func (r *Runner) maskHidden(src *os.File, target string, hide func(string) bool) ([]string, error) {
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(int(src.Fd())), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	runtime.KeepAlive(src)
+	if err != nil {
+		return nil, err
+	}
+	var made []string
+	seen := 0
+	var walk func(dirfd int, rel string) error
+	walk = func(dirfd int, rel string) error {
+		defer unix.Close(dirfd)
+		dup, err := unix.Dup(dirfd)
+		if err != nil {
+			return err
+		}
+		f := os.NewFile(uintptr(dup), rel)
+		names, err := f.Readdirnames(-1)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if seen++; seen > maxMaskWalk {
+				return fmt.Errorf("more than %d entries; mount a smaller directory", maxMaskWalk)
+			}
+			child := name
+			if rel != "" {
+				child = rel + "/" + name
+			}
+			var st unix.Stat_t
+			if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				continue
+			}
+			isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+			if hide(child) {
+				where := filepath.Join(target, child)
+				var merr error
+				if isDir {
+					merr = unix.Mount("tmpfs", where, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=555")
+				} else if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+					merr = unix.Mount(r.empty, where, "", unix.MS_BIND, "")
+					if merr == nil {
+						made = append(made, where)
+						merr = unix.Mount("", where, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+						if merr != nil {
+							return fmt.Errorf("mask %s: %w", child, merr)
+						}
+						continue
+					}
+				} else {
+					continue // a symlink: what it leads to is masked where it lies
+				}
+				if merr != nil {
+					return fmt.Errorf("mask %s: %w", child, merr)
+				}
+				made = append(made, where)
+				continue
+			}
+			if isDir {
+				cfd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+				if err != nil {
+					continue
+				}
+				if err := walk(cfd, child); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return made, walk(fd, "")
 }
 
 // unmountAll detaches mount points, innermost first.

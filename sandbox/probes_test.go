@@ -2,10 +2,8 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -27,31 +25,6 @@ type fixture struct {
 	wsFile               *os.File
 }
 
-var (
-	probeOnce sync.Once
-	probeBin  string
-	probeErr  error
-)
-
-func buildProbe(t *testing.T) string {
-	probeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-probe")
-		if err != nil {
-			probeErr = err
-			return
-		}
-		probeBin = filepath.Join(dir, "probe")
-		out, err := exec.Command("gcc", "-static", "-O1", "-o", probeBin, "testdata/probe.c").CombinedOutput()
-		if err != nil {
-			probeErr = fmt.Errorf("gcc probe: %v: %s", err, out)
-		}
-	})
-	if probeErr != nil {
-		t.Fatal(probeErr)
-	}
-	return probeBin
-}
-
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	base := t.TempDir()
@@ -61,7 +34,7 @@ func newFixture(t *testing.T) *fixture {
 	os.MkdirAll(f.secretDir, 0o755)
 	os.WriteFile(filepath.Join(f.secretDir, "key"), []byte("SLUICE-SECRET-HOST\n"), 0o644)
 	os.WriteFile(filepath.Join(f.ws, "data.txt"), []byte("workspace data\n"), 0o644)
-	b, err := os.ReadFile(buildProbe(t))
+	b, err := os.ReadFile(testutil.Probe(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/cgroups"
@@ -56,7 +58,11 @@ type Mount struct {
 
 // Spec is everything that makes a tool's containers.
 type Spec struct {
-	Mounts  []Mount
+	Mounts []Mount
+	// Hide, when set, says whether a path inside a mount (relative to it)
+	// must be masked: a file shows empty, a directory shows empty. The
+	// mounted trees are walked when each container is created.
+	Hide    func(rel string) bool
 	Cwd     string   // inside the container; default "/"
 	Env     []string // the whole environment: nothing is inherited
 	Limits  Limits
@@ -72,6 +78,7 @@ type Runner struct {
 	dir    string
 	helper string
 	etc    string
+	empty  string // an empty read-only file: the mask over hidden files
 	log    *slog.Logger
 	seq    atomic.Uint64
 	bg     sync.WaitGroup // background destroys
@@ -95,9 +102,7 @@ func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
 	}
 	// libcontainer logs through logrus; keep its chatter out of our logs.
 	logrus.SetLevel(logrus.WarnLevel)
-	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
-	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()),
-		scope: hex.EncodeToString(sum[:4])}
+	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir)}
 	for _, d := range []string{dir, r.stateDir(), r.rootfsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -113,7 +118,18 @@ func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
 	if r.etc, err = prepareEtc(filepath.Join(dir, "etc")); err != nil {
 		return nil, fmt.Errorf("prepare /etc: %w", err)
 	}
+	r.empty = filepath.Join(dir, "empty")
+	if err := os.WriteFile(r.empty, nil, 0o444); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// scopeOf names a run dir's cgroup subtree, so that runners in different
+// run dirs (tests run several daemons at once) never sweep each other.
+func scopeOf(dir string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(dir)))
+	return hex.EncodeToString(sum[:4])
 }
 
 func (r *Runner) stateDir() string  { return filepath.Join(r.dir, "state") }
@@ -189,15 +205,14 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 		return nil, err
 	}
 	premounts, err := r.premount(rootfs, spec)
-	// The container gets its own copies of these mounts when it is set up;
-	// the host's copies are detached as soon as that is done (or failed).
-	defer unmountAll(premounts)
 	if err != nil {
+		unmountAll(premounts)
 		return nil, err
 	}
 	cfg := r.config(spec, id, rootfs)
 	c, err := libcontainer.Create(r.stateDir(), id, cfg)
 	if err != nil {
+		unmountAll(premounts)
 		return nil, fmt.Errorf("create container: %w", err)
 	}
 	b := &Box{ID: id, c: c, rootfs: rootfs, limits: spec.Limits, runner: r}
@@ -208,16 +223,19 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	}()
 	inR, inW, err := os.Pipe()
 	if err != nil {
+		unmountAll(premounts)
 		return nil, err
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		unmountAll(premounts)
 		inR.Close()
 		inW.Close()
 		return nil, err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
+		unmountAll(premounts)
 		inR.Close()
 		inW.Close()
 		outR.Close()
@@ -236,6 +254,9 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 		LogLevel: strconv.Itoa(int(logrus.WarnLevel)),
 	}
 	err = c.Run(b.proc)
+	// The container has its own copies of the premounts now (or failed);
+	// the daemon's copies go at once.
+	unmountAll(premounts)
 	inR.Close()
 	outW.Close()
 	errW.Close()
@@ -393,31 +414,35 @@ func (b *Box) Exec(ctx context.Context, argv []string, max int64, onChunk func(C
 		return nil, fmt.Errorf("hand argv to helper: %w", werr)
 	}
 
-	waited := make(chan error, 1)
-	go func() { _, err := b.proc.Wait(); waited <- err }()
+	type exit struct {
+		ps  *os.ProcessState
+		err error
+	}
+	waited := make(chan exit, 1)
+	go func() { ps, err := b.proc.Wait(); waited <- exit{ps, err} }()
 	timeout := b.limits.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var waitErr error
+	var ex exit
 	select {
-	case waitErr = <-waited:
+	case ex = <-waited:
 	case <-timer.C:
 		res.TimedOut = true
 		b.kill()
-		waitErr = <-waited
+		ex = <-waited
 	case <-ctx.Done():
 		b.kill()
-		waitErr = <-waited
+		ex = <-waited
 	}
 	// PID 1 is gone, so the kernel has killed the whole pid namespace and
 	// every write end of the pipes is closed; the readers finish.
 	wg.Wait()
 	res.Truncated = outTrunc || errTrunc
 	res.Duration = time.Since(start)
-	res.ExitCode, res.Signal = exitStatus(waitErr)
+	res.ExitCode, res.Signal = exitStatus(ex.ps, ex.err)
 	res.OOM, res.PidsMax = b.limitEvents()
 	if ctx.Err() != nil && !res.TimedOut {
 		return res, ctx.Err()
@@ -431,20 +456,18 @@ func (b *Box) kill() {
 	}
 }
 
-func exitStatus(err error) (code, sig int) {
-	if err == nil {
-		return 0, 0
-	}
-	var ee interface{ Sys() any }
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(unix.WaitStatus); ok {
-			if ws.Signaled() {
-				return 128 + int(ws.Signal()), int(ws.Signal())
-			}
-			return ws.ExitStatus(), 0
+func exitStatus(ps *os.ProcessState, err error) (code, sig int) {
+	if ps == nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			return -1, 0
 		}
+		ps = ee.ProcessState
 	}
-	return -1, 0
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), int(ws.Signal())
+	}
+	return ps.ExitCode(), 0
 }
 
 // limitEvents reads the container's cgroup counters: did the OOM killer

@@ -10,6 +10,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
+// Profile is a compiled seccomp profile, ready for a Spec.
+type Profile = configs.Seccomp
+
 // ParseSeccomp reads a seccomp profile in the OCI runtime-spec
 // LinuxSeccomp format (what Docker's and containerd's profiles are), so an
 // operator can bring their own. Unknown keys are errors.

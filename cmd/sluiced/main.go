@@ -27,7 +27,8 @@ func main() {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `sluiced — authorizes AI agents' tool calls, runs them contained, audits them.
 
-Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--log-level LEVEL]
+Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--run-dir DIR]
+               [--helper PATH] [--log-level LEVEL]
 
 Serves HTTP/1.1 on a unix socket; the caller's identity is the socket's peer
 credentials. SIGHUP reloads the manifest (an invalid one is refused and the
@@ -40,6 +41,8 @@ Flags:
 	fs.StringVar(&cfg.Manifest, "manifest", "", "manifest file (JSON, schema_version 1); required")
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket to listen on")
 	fs.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "state directory; the audit ledger is STATE_DIR/audit.jsonl")
+	fs.StringVar(&cfg.RunDir, "run-dir", daemon.DefaultRunDir, "sandbox run directory: container state, rootfs dirs, the shared /etc")
+	fs.StringVar(&cfg.Helper, "helper", "", "sluice-helper binary for execute tools (default: beside sluiced)")
 	level := fs.String("log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
 	fs.Parse(os.Args[1:])
 	if cfg.Manifest == "" || fs.NArg() > 0 {

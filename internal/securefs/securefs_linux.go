@@ -199,6 +199,10 @@ type Handle struct {
 	Stat unix.Stat_t
 }
 
+// File returns the handle's fd (O_PATH with openat2; O_RDONLY with the
+// fallback). It stays owned by the handle.
+func (h *Handle) File() *os.File { return h.f }
+
 // Close releases the handle's fd.
 func (h *Handle) Close() error {
 	if h.f == nil {

@@ -145,3 +145,34 @@ func Helper(t testing.TB) string {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+var (
+	probeOnce sync.Once
+	probePath string
+	probeErr  error
+)
+
+// Probe returns the path of the escape-probe program
+// (sandbox/testdata/probe.c), compiled static once per test binary. It
+// prints "ESCAPED:<name>" only when an escape attempt worked.
+func Probe(t testing.TB) string {
+	t.Helper()
+	probeOnce.Do(func() {
+		_, self, _, _ := runtime.Caller(0)
+		src := filepath.Join(filepath.Dir(self), "..", "..", "sandbox", "testdata", "probe.c")
+		dir, err := os.MkdirTemp("", "sluice-probe")
+		if err != nil {
+			probeErr = err
+			return
+		}
+		probePath = filepath.Join(dir, "probe")
+		out, err := exec.Command("gcc", "-static", "-O1", "-o", probePath, src).CombinedOutput()
+		if err != nil {
+			probeErr = fmt.Errorf("gcc probe: %v: %s", err, out)
+		}
+	})
+	if probeErr != nil {
+		t.Fatal(probeErr)
+	}
+	return probePath
+}

@@ -174,8 +174,9 @@ int main(int argc, char **argv) {
 		if (fd < 0) return report(p, fd);
 		char buf[256];
 		long n = read(fd, buf, sizeof buf - 1);
-		if (n > 0) { buf[n] = 0; printf("CONTENT:%s\n", buf); }
-		return report(p, n);
+		if (n > 0) { buf[n] = 0; printf("CONTENT:%s\n", buf); return report(p, n); }
+		if (n == 0) errno = ENODATA; /* a masked file reads empty: not an escape */
+		return report(p, -1);
 	}
 	if (!strcmp(p, "write")) { /* arg: a path to create */
 		return report(p, open(arg, O_WRONLY | O_CREAT | O_TRUNC, 0644));

@@ -1,0 +1,262 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/sandbox"
+)
+
+type probeTool struct {
+	name   string
+	argv   []string
+	extra  string // more manifest keys
+	reason string
+	want   string // in stdout+stderr
+	ok     *bool
+}
+
+// execFixture builds the escape fixture plus the probe binary inside the
+// mounted workspace, and a manifest with one tool per probe.
+func execFixture(t *testing.T, tools []probeTool) (*escapetest.Fixture, string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	os.Chmod(fx.Base, 0o755)
+	bin, _ := os.ReadFile(testutil.Probe(t))
+	os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755)
+	var b strings.Builder
+	b.WriteString(`{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src"]}`)
+	for _, tl := range tools {
+		argv, _ := json.Marshal(tl.argv)
+		fmt.Fprintf(&b, `,"%s":{"operation":"execute","commands":[%s],"mounts":["workspace/src","workspace/tests"],"cwd":"workspace/tests","pool":0,"never":[".env","*.pem","private/**"]%s}`,
+			tl.name, argv, tl.extra)
+	}
+	b.WriteString(`}}`)
+	return fx, writeManifest(t, fx.Base, b.String())
+}
+
+func exitOK(v bool) *bool { return &v }
+
+// TestExecuteProbes: the corpus's Execute cases and more, each a fixed
+// command in the manifest, run over the socket.
+func TestExecuteProbes(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	probe := "./probe"
+	tools := []probeTool{
+		{name: "egress", argv: []string{probe, "connect", port}, reason: "allowed", want: "blocked:connect"},
+		{name: "host_secret", argv: []string{probe, "read", "SECRET_PATH"}, reason: "allowed", want: "blocked:read"},
+		{name: "dotenv", argv: []string{probe, "read", "ENV_PATH"}, reason: "allowed", want: "blocked:read:61:"},
+		{name: "pem_and_private", argv: []string{"sh", "-c", "cat ../src/id.pem ../src/sub/.env; ls -A ../src/private; cat ../src/keys_link; echo done"},
+			reason: "allowed", want: "done"},
+		{name: "write_mount", argv: []string{probe, "write", "../src/new.py"}, reason: "allowed", want: "blocked:write:30:"},
+		{name: "unshare", argv: []string{probe, "unshare-user"}, reason: "allowed", want: "blocked"},
+		{name: "mount", argv: []string{probe, "mount"}, reason: "allowed", want: "blocked"},
+		{name: "ptrace", argv: []string{probe, "ptrace"}, reason: "allowed", want: "blocked"},
+		{name: "bpf", argv: []string{probe, "bpf"}, reason: "allowed", want: "blocked"},
+		{name: "keyctl", argv: []string{probe, "keyctl"}, reason: "allowed", want: "blocked"},
+		{name: "perf", argv: []string{probe, "perf_event_open"}, reason: "allowed", want: "blocked"},
+		{name: "io_uring", argv: []string{probe, "io_uring_setup"}, reason: "allowed", want: "blocked"},
+		{name: "tiocsti", argv: []string{probe, "tiocsti-highbits"}, reason: "allowed", want: "blocked:tiocsti-highbits:13:"},
+		{name: "clone_newuser", argv: []string{probe, "clone-newuser"}, reason: "allowed", want: "blocked"},
+		{name: "status", argv: []string{probe, "status"}, reason: "allowed", ok: exitOK(true),
+			want: "NoNewPrivs:\t1"},
+		{name: "fds", argv: []string{probe, "fds"}, reason: "allowed", ok: exitOK(true), want: "FDS:0,1,2,\n"},
+		{name: "env", argv: []string{probe, "env"}, extra: `,"env":{"FOO":"bar"}`, reason: "allowed",
+			want: "ENV:PATH=" + sandbox.DefaultPath + "\nENV:FOO=bar\nENV:HOME=/tmp\n"},
+		{name: "balloon", argv: []string{probe, "balloon", "512"}, extra: `,"memory_mb":32`, reason: "limit_exceeded"},
+		{name: "forkbomb", argv: []string{"sh", "-c", "b() { b | b & }; b; sleep 100"}, extra: `,"pids":16,"timeout_ms":3000`, reason: "limit_exceeded"},
+		{name: "sleeper", argv: []string{"sleep", "600"}, extra: `,"timeout_ms":1000`, reason: "timeout"},
+		{name: "failing", argv: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, reason: "allowed", ok: exitOK(false), want: "out\nerr\n"},
+		{name: "missing_cmd", argv: []string{"no-such-command"}, reason: "allowed", ok: exitOK(false), want: "No such file"},
+	}
+	fx, m := execFixture(t, tools)
+	secret := filepath.Join(fx.Base, "secret.txt")
+	env := filepath.Join(fx.Base, "workspace/src/.env")
+	raw, _ := os.ReadFile(m)
+	raw = bytes.ReplaceAll(raw, []byte("SECRET_PATH"), []byte(secret))
+	raw = bytes.ReplaceAll(raw, []byte("ENV_PATH"), []byte(env))
+	os.WriteFile(m, raw, 0o644)
+	runDir := t.TempDir()
+	var logs *bytes.Buffer
+	t.Cleanup(func() { // registered first, so it runs after the daemon has stopped
+		if left := sandbox.Leftovers(runDir); len(left) > 0 {
+			t.Errorf("left behind after the daemon stopped: %v\n%s", left, logs)
+		}
+	})
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
+	logs = h.logs
+	for _, tl := range tools {
+		res, body := h.call(tl.name, map[string]any{})
+		out := *res.Output + res.Stderr
+		if strings.Contains(out, "ESCAPED") || bytes.Contains(body, []byte(escapetest.Secret)) {
+			t.Errorf("%s: ESCAPED: %s", tl.name, body)
+		}
+		if res.Verdict != "allow" || res.Reason != tl.reason {
+			t.Errorf("%s: %s/%s, want allow/%s: %s", tl.name, res.Verdict, res.Reason, tl.reason, body)
+		}
+		if tl.want != "" && !strings.Contains(out, tl.want) {
+			t.Errorf("%s: output lacks %q: %q", tl.name, tl.want, out)
+		}
+		if tl.ok != nil && res.OK != *tl.ok {
+			t.Errorf("%s: ok %t", tl.name, res.OK)
+		}
+		if res.ExitCode == nil {
+			t.Errorf("%s: no exit code", tl.name)
+		}
+		if _, err := h.c.Health(context.Background()); err != nil {
+			t.Fatalf("daemon stopped serving after %s: %v", tl.name, err)
+		}
+	}
+	if accepted.Load() != 0 {
+		t.Fatal("a sandboxed command reached a listener on the host's 127.0.0.1")
+	}
+	ledger := h.ledger()
+	if !bytes.Contains(ledger, []byte(`"exit_code":3`)) || !bytes.Contains(ledger, []byte(`"reason":"limit_exceeded"`)) ||
+		!bytes.Contains(ledger, []byte(`"reason":"timeout"`)) {
+		t.Fatal("the ledger lacks exit codes or limit reasons")
+	}
+}
+
+func TestExecuteOutputAndStreaming(t *testing.T) {
+	tools := []probeTool{
+		{name: "yes", argv: []string{"sh", "-c", "yes | head -c 100000000"}, extra: `,"max_bytes":4096`},
+		{name: "slow", argv: []string{"sh", "-c", "echo one; sleep 0.5; echo two >&2; sleep 0.5; echo three"}},
+		{name: "two", argv: []string{"echo", "a"}},
+	}
+	_, m := execFixture(t, tools)
+	// a second command for "two", to exercise argv matching
+	raw, _ := os.ReadFile(m)
+	raw = bytes.Replace(raw, []byte(`"commands":[["echo","a"]]`), []byte(`"commands":[["echo","a"],["echo","b"]]`), 1)
+	os.WriteFile(m, raw, 0o644)
+	runDir := t.TempDir()
+	t.Cleanup(func() {
+		if left := sandbox.Leftovers(runDir); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	})
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
+
+	res, _ := h.call("yes", map[string]any{})
+	if res.Bytes != 4096 || !res.Truncated || len(*res.Output) != 4096 {
+		t.Fatalf("yes: bytes %d truncated %t", res.Bytes, res.Truncated)
+	}
+	// stream: output events arrive while the command runs
+	type ev struct {
+		kind, stream, data string
+		at                 time.Duration
+	}
+	var events []ev
+	begin := time.Now()
+	final, err := h.c.Stream(context.Background(), api.CallRequest{Tool: "slow"}, func(e api.Event) error {
+		events = append(events, ev{e.Event, e.Stream, e.Data, time.Since(begin)})
+		return nil
+	})
+	if err != nil || !final.OK {
+		t.Fatalf("stream: %v %+v", err, final)
+	}
+	var got []string
+	for _, e := range events {
+		got = append(got, e.kind+":"+e.stream+":"+strings.TrimSpace(e.data))
+	}
+	want := "decision:: output:stdout:one output:stderr:two output:stdout:three result::"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("events %v, want %s", got, want)
+	}
+	if events[1].at > 400*time.Millisecond || events[3].at < 900*time.Millisecond {
+		t.Fatalf("output was not streamed as it came: %+v", events)
+	}
+	// argv must match a command exactly; omitted argv needs a single command
+	for _, tc := range []struct {
+		args   string
+		reason string
+	}{{`{"argv":["echo","b"]}`, "allowed"}, {`{"argv":["echo","c"]}`, "command_not_allowed"},
+		{`{"argv":["echo"]}`, "command_not_allowed"}, {`{}`, "invalid_args"}, {`{"argv":"echo a"}`, "400"}} {
+		code, body := h.raw(`{"tool":"two","args":` + tc.args + `}`)
+		if tc.reason == "400" {
+			if code != 400 {
+				t.Errorf("%s: %d", tc.args, code)
+			}
+			continue
+		}
+		if !bytes.Contains(body, []byte(`"reason":"`+tc.reason+`"`)) {
+			t.Errorf("%s: %s", tc.args, body)
+		}
+	}
+	// a client that goes away kills its command
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	h.c.Stream(ctx, api.CallRequest{Tool: "slow"}, nil)
+	cancel()
+	time.Sleep(200 * time.Millisecond)
+}
+
+// TestMountSwapDuringPoolRefill: the mount's source was resolved to an fd
+// at load; swapping the path for a symlink to a secret while the pool
+// refills never puts the secret in a container.
+func TestMountSwapDuringPoolRefill(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	os.Chmod(fx.Base, 0o755)
+	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{"cat":{"operation":"execute",
+	  "commands":[["sh","-c","cat `+fx.Base+`/workspace/tests/* 2>&1 | head -c 2000"]],"mounts":["workspace/tests"],"cwd":"/tmp","pool":2}}}`)
+	runDir := t.TempDir()
+	t.Cleanup(func() {
+		if left := sandbox.Leftovers(runDir); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	})
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
+	tests := filepath.Join(fx.Base, "workspace/tests")
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			os.Rename(tests, tests+".orig")
+			os.Symlink(fx.Base, tests)
+			time.Sleep(time.Millisecond)
+			os.Remove(tests)
+			os.Rename(tests+".orig", tests)
+		}
+	}()
+	for i := 0; i < 12; i++ {
+		res, body := h.call("cat", map[string]any{})
+		if bytes.Contains(body, []byte(escapetest.Secret)) {
+			t.Fatalf("ESCAPE: a refilled container mounted a swapped-in symlink: %s", body)
+		}
+		if !strings.Contains(*res.Output, "import unittest") {
+			t.Fatalf("the mount lost its content: %s", body)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+}

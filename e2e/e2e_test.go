@@ -37,6 +37,10 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
 			os.Exit(1)
 		}
+		if out, err := exec.Command("gcc", "-static", "-O2", "-s", "-o", dir+"/sluice-helper", "../sandbox/helper/helper.c").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build helper: %v\n%s", err, out)
+			os.Exit(1)
+		}
 		binDir = dir
 	}
 	testutil.Main(m)
@@ -49,6 +53,7 @@ type daemon struct {
 	cmd      *exec.Cmd
 	socket   string
 	stateDir string
+	runDir   string
 	manifest string
 	stderr   *bytes.Buffer
 	c        *client.Client
@@ -58,7 +63,8 @@ type daemon struct {
 func startDaemon(t *testing.T, manifest string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	d := &daemon{t: t, socket: filepath.Join(dir, "s.sock"), stateDir: filepath.Join(dir, "state"), manifest: manifest}
+	d := &daemon{t: t, socket: filepath.Join(dir, "s.sock"), stateDir: filepath.Join(dir, "state"),
+		runDir: filepath.Join(dir, "run"), manifest: manifest}
 	d.start()
 	t.Cleanup(d.stop)
 	return d
@@ -67,7 +73,8 @@ func startDaemon(t *testing.T, manifest string) *daemon {
 func (d *daemon) start() {
 	d.t.Helper()
 	d.stderr = &bytes.Buffer{}
-	d.cmd = exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", d.manifest, "--socket", d.socket, "--state-dir", d.stateDir)
+	d.cmd = exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", d.manifest, "--socket", d.socket,
+		"--state-dir", d.stateDir, "--run-dir", d.runDir)
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {
 		d.t.Fatal(err)

@@ -29,6 +29,8 @@ func (r *Runner) Sweep() (int, error) {
 		c, err := libcontainer.Load(r.stateDir(), e.Name())
 		if err == nil {
 			err = killAndDestroy(c)
+		} else if errors.Is(err, libcontainer.ErrNotExist) {
+			err = nil // caught mid-creation: no state.json; its cgroup is swept below
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("container %s: %w", e.Name(), err))
@@ -240,8 +242,11 @@ func killAndDestroy(c *libcontainer.Container) error {
 
 // Leftovers lists what containers of the run dir dir left behind, read
 // from the kernel rather than from any bookkeeping: cgroups under its
-// scope in every hierarchy, mounts under its rootfs area, processes in its
-// cgroups, and rootfs dirs. Tests assert it is empty after a daemon stops.
+// scope in every hierarchy, mounts under its rootfs area, live processes
+// in its cgroups, and rootfs dirs. Tests assert it is empty after a daemon
+// stops. Zombies are not counted: they run nothing, and after a daemon is
+// killed they are reaped by PID 1 (systemd does; some test sandboxes'
+// PID 1 never reaps).
 func Leftovers(dir string) []string {
 	r := &Runner{dir: dir, scope: scopeOf(dir)}
 	var out []string
@@ -255,7 +260,7 @@ func Leftovers(dir string) []string {
 			continue
 		}
 		b, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
-		if strings.Contains(string(b), "/"+cgroupParent+"/"+r.scope+"/") {
+		if strings.Contains(string(b), "/"+cgroupParent+"/"+r.scope+"/") && !isZombie(e.Name()) {
 			out = append(out, "process "+e.Name())
 		}
 	}
@@ -264,4 +269,14 @@ func Leftovers(dir string) []string {
 		out = append(out, "rootfs "+e.Name())
 	}
 	return out
+}
+
+func isZombie(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return true // gone
+	}
+	// the state follows the parenthesised command, which may hold spaces
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }

@@ -111,9 +111,12 @@ func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
 	if err := os.Chmod(r.rootfsDir(), 0o711); err != nil { // uid 65534 must traverse it
 		return nil, err
 	}
-	if r.ownsRootfsMount, err = privatize(r.rootfsDir()); err != nil {
+	// The rootfs area is ours: found mounted (a crashed run left it) or
+	// mounted now, it is unmounted on Close.
+	if _, err = privatize(r.rootfsDir()); err != nil {
 		return nil, err
 	}
+	r.ownsRootfsMount = true
 	os.Chmod(dir, 0o711)
 	if r.etc, err = prepareEtc(filepath.Join(dir, "etc")); err != nil {
 		return nil, fmt.Errorf("prepare /etc: %w", err)

@@ -216,7 +216,10 @@ func (e *env) call(args []string) int {
 	case !res.OK:
 		if !*asJSON {
 			msg := "sluice: failed: " + res.Reason
-			if res.ExitCode != nil {
+			switch {
+			case res.Reason == api.ReasonAllowed && res.ExitCode != nil:
+				msg = fmt.Sprintf("sluice: command exited with code %d", *res.ExitCode)
+			case res.ExitCode != nil:
 				msg += fmt.Sprintf(" (exit code %d)", *res.ExitCode)
 			}
 			fmt.Fprintln(e.stderr, msg)

@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/sandbox"
+)
+
+func execManifest(t *testing.T) (*escapetest.Fixture, string) {
+	fx := escapetest.Build(t)
+	os.Chmod(fx.Base, 0o755)
+	bin, _ := os.ReadFile(testutil.Probe(t))
+	os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755)
+	m := writeFile(t, fx.Base, "exec.json", `{"schema_version":1,"tools":{
+	  "probe":{"operation":"execute","mounts":["workspace/src","workspace/tests"],"cwd":"workspace/tests",
+	    "never":[".env","*.pem","private/**"],
+	    "commands":[["./probe","status"],["./probe","fds"],["./probe","mount"],["./probe","unshare-user"],
+	                ["./probe","tiocsti-highbits"],["./probe","x32"],["./probe","i386"],["./probe","connect","80"],
+	                ["./probe","read","../src/.env"],["./probe","write","../src/x"],["sh","-c","cat ../src/*.py ../src/id.pem ../src/sub/.env ../src/private/keys.txt 2>/dev/null; echo end"]]},
+	  "sleeper":{"operation":"execute","commands":[["sleep","600"]],"timeout_ms":60000,"pool":0},
+	  "cold":{"operation":"execute","commands":[["true"]],"pool":0}}}`)
+	return fx, m
+}
+
+// TestExecuteBlackBox: the real sluiced binary (its own init hook, its
+// seccomp profile, its helper) runs the probes over the real socket.
+func TestExecuteBlackBox(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, m := execManifest(t)
+	d := startDaemon(t, m)
+	for _, argv := range [][]string{{"./probe", "status"}, {"./probe", "fds"}, {"./probe", "mount"}, {"./probe", "unshare-user"},
+		{"./probe", "tiocsti-highbits"}, {"./probe", "x32"}, {"./probe", "i386"}, {"./probe", "connect", "80"},
+		{"./probe", "read", "../src/.env"}, {"./probe", "write", "../src/x"}, {"sh", "-c", "cat ../src/*.py ../src/id.pem ../src/sub/.env ../src/private/keys.txt 2>/dev/null; echo end"}} {
+		args, _ := json.Marshal(map[string]any{"argv": argv})
+		res, err := d.c.Call(context.Background(), api.CallRequest{Tool: "probe", Args: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := ""
+		if res.Output != nil {
+			out = *res.Output
+		}
+		out += res.Stderr
+		if res.Verdict != "allow" || strings.Contains(out, "ESCAPED") || strings.Contains(out, escapetest.Secret) {
+			t.Errorf("%v: %s/%s: %q", argv, res.Verdict, res.Reason, out)
+		}
+		switch argv[1] {
+		case "status":
+			for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "Uid:\t65534"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("status lacks %q: %s", want, out)
+				}
+			}
+		case "fds":
+			if strings.TrimSpace(out) != "FDS:0,1,2," {
+				t.Errorf("fds: %q", out)
+			}
+		}
+	}
+	// a command outside the list
+	args, _ := json.Marshal(map[string]any{"argv": []string{"./probe", "setuid0"}})
+	if res, _ := d.c.Call(context.Background(), api.CallRequest{Tool: "probe", Args: args}); res.Reason != "command_not_allowed" {
+		t.Fatalf("unlisted argv: %s", res.Reason)
+	}
+	d.stop()
+	if left := sandbox.Leftovers(d.runDir); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+// TestExecuteCrashRecovery: sluiced is SIGKILLed while a command runs; the
+// container is orphaned. The next start sweeps it: no process, cgroup,
+// mount or rootfs of it survives.
+func TestExecuteCrashRecovery(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, m := execManifest(t)
+	d := startDaemon(t, m)
+	go d.c.Call(context.Background(), api.CallRequest{Tool: "sleeper"})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := sandbox.Leftovers(d.runDir)
+		running := false
+		for _, l := range left {
+			running = running || strings.HasPrefix(l, "process ")
+		}
+		if running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sleeper never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.exited
+	d.cmd = nil
+	if left := sandbox.Leftovers(d.runDir); len(left) == 0 {
+		t.Fatal("expected an orphaned container after SIGKILL")
+	}
+	d.start()
+	if !strings.Contains(d.stderr.String(), "removed sandbox leftovers") {
+		t.Errorf("sweep not logged: %s", d.stderr)
+	}
+	if res, err := d.c.Call(context.Background(), api.CallRequest{Tool: "cold"}); err != nil || !res.OK {
+		t.Fatalf("after restart: %v %+v", err, res)
+	}
+	d.stop()
+	if left := sandbox.Leftovers(d.runDir); len(left) > 0 {
+		for _, l := range left {
+			if pid, ok := strings.CutPrefix(l, "process "); ok {
+				b, _ := os.ReadFile("/proc/" + pid + "/status")
+				c, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+				t.Logf("%s: %q\n%s", pid, c, b[:min(len(b), 300)])
+			}
+		}
+		t.Fatalf("left behind after a crash and a restart: %v", left)
+	}
+	if b, _ := os.ReadFile(d.ledger()); !bytes.Contains(b, []byte(`"tool":"sleeper"`)) {
+		t.Fatal("the crashed call's decision is not in the ledger")
+	}
+}

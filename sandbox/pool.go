@@ -64,18 +64,24 @@ func (p *Pool) fill() {
 }
 
 // Get returns a waiting box, or nil when none is ready (the caller then
-// creates one cold). It never blocks.
+// creates one cold). It never blocks. The refill for a box handed out
+// starts when its command has finished.
 func (p *Pool) Get() *Box {
-	var b *Box
 	select {
-	case b = <-p.ready:
+	case b := <-p.ready:
+		b.onRelease = p.refill
+		return b
 	default:
+		p.refill() // empty: refill now, the caller goes cold
+		return nil
 	}
+}
+
+func (p *Pool) refill() {
 	select {
 	case p.kick <- struct{}{}:
 	default:
 	}
-	return b
 }
 
 // Ready is how many boxes wait now.

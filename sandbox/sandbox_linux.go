@@ -186,8 +186,18 @@ type Box struct {
 	rootfs  string
 	limits  Limits
 	runner  *Runner
-	once    sync.Once
-	Created time.Time
+	cgroups map[string]string // controller -> path, read once at creation
+	// nsFiles hold the container's namespaces so that when its PID 1
+	// exits the kernel does not tear them down (unmounting waits for RCU)
+	// on the call's path; that happens when Destroy closes them, in the
+	// background. Measured: /bin/true p50 2.62 -> 2.15 ms.
+	nsFiles []*os.File
+	// onRelease, set by a pool, asks for a refill once this box's command
+	// has finished: a refill (tens of ms of CPU) started earlier would
+	// compete with the very call that took the box.
+	onRelease func()
+	once      sync.Once
+	Created   time.Time
 }
 
 // Create makes a container for spec and starts its helper. The mounts'
@@ -265,6 +275,14 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	errW.Close()
 	if err != nil {
 		return nil, fmt.Errorf("start container: %w", err)
+	}
+	if st, err := c.State(); err == nil {
+		b.cgroups = st.CgroupPaths // so a call reads limits without State()
+		for _, ns := range []string{"mnt", "net", "ipc", "uts", "cgroup", "pid"} {
+			if f, err := os.Open(fmt.Sprintf("/proc/%d/ns/%s", st.InitProcessPid, ns)); err == nil {
+				b.nsFiles = append(b.nsFiles, f)
+			}
+		}
 	}
 	b.Created = time.Now()
 	return b, nil
@@ -354,9 +372,12 @@ func (r *Runner) config(spec *Spec, id, rootfs string) *configs.Config {
 			{Type: unix.RLIMIT_NOFILE, Hard: 1024, Soft: 1024},
 			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
 		},
-		Seccomp:           spec.Seccomp,
-		NoNewKeyring:      true,
-		ParentDeathSignal: int(unix.SIGKILL),
+		Seccomp:      spec.Seccomp,
+		NoNewKeyring: true,
+		// No ParentDeathSignal: the kernel sends it when the parent
+		// *thread* exits, and Go retires threads (libcontainer's own
+		// mount-source goroutine ends a locked one), which killed inits
+		// mid-start under load. A daemon crash is handled by Sweep.
 	}
 }
 
@@ -477,11 +498,7 @@ func exitStatus(ps *os.ProcessState, err error) (code, sig int) {
 // run, did a fork fail at the pids limit. Both cgroup v1 and v2 files are
 // tried.
 func (b *Box) limitEvents() (oom, pidsMax bool) {
-	st, err := b.c.State()
-	if err != nil {
-		return false, false
-	}
-	for _, p := range st.CgroupPaths {
+	for _, p := range b.cgroups {
 		if n := counter(filepath.Join(p, "memory.oom_control"), "oom_kill"); n > 0 {
 			oom = true
 		}
@@ -513,11 +530,7 @@ func counter(file, key string) int64 {
 // MemoryUsage is the container's current memory charge (what a waiting
 // pool container costs).
 func (b *Box) MemoryUsage() int64 {
-	st, err := b.c.State()
-	if err != nil {
-		return 0
-	}
-	for _, p := range st.CgroupPaths {
+	for _, p := range b.cgroups {
 		for _, f := range []string{"memory.usage_in_bytes", "memory.current"} {
 			if data, err := os.ReadFile(filepath.Join(p, f)); err == nil {
 				n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
@@ -530,6 +543,9 @@ func (b *Box) MemoryUsage() int64 {
 
 // release destroys b in the background; Wait waits for all of them.
 func (r *Runner) release(b *Box) {
+	if b.onRelease != nil {
+		b.onRelease()
+	}
 	r.bg.Add(1)
 	go func() {
 		defer r.bg.Done()
@@ -558,7 +574,7 @@ func (b *Box) Destroy() {
 				b.runner.log.Warn("destroy container", "id", b.ID, "err", err)
 			}
 		}
-		for _, f := range []*os.File{b.stdin, b.stdout, b.stderr} {
+		for _, f := range append([]*os.File{b.stdin, b.stdout, b.stderr}, b.nsFiles...) {
 			if f != nil {
 				f.Close()
 			}

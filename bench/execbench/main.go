@@ -1,0 +1,247 @@
+// Command execbench measures executing /bin/true and cat of a 4 KiB file
+// (a) directly, (b) with bwrap --unshare-all and read-only binds, (c) with
+// runc run on an equivalent bundle (same uid, no capabilities,
+// no_new_privs, read-only root, limits and seccomp profile as sluice), (d)
+// through sluice with the warm pool and (e) through sluice cold (pool 0),
+// in one run, and prints a table with ratios. Latency calls are spaced
+// ~40 ms apart so the pool is refilled; throughput is back to back with 8
+// concurrent clients.
+//
+//	execbench --bin bin [--n 150] [--seconds 5]
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/profiles"
+)
+
+func main() {
+	bin := flag.String("bin", "bin", "directory holding sluiced and sluice-helper")
+	n := flag.Int("n", 150, "latency samples per method")
+	secs := flag.Float64("seconds", 5, "seconds of the throughput run")
+	space := flag.Duration("space", 40*time.Millisecond, "pause between latency calls")
+	flag.Parse()
+	work, err := os.MkdirTemp("/var/tmp", "sluice-execbench")
+	check(err)
+	defer os.RemoveAll(work)
+	os.Chmod(work, 0o755)
+	ws := filepath.Join(work, "ws")
+	check(os.MkdirAll(ws, 0o755))
+	file := filepath.Join(ws, "four_k.txt")
+	check(os.WriteFile(file, bytes.Repeat([]byte("0123456789abcde\n"), 256), 0o644))
+
+	// sluice
+	manifest := filepath.Join(work, "manifest.json")
+	tool := func(argv []string, pool int) string {
+		b, _ := json.Marshal(map[string]any{"operation": "execute", "commands": [][]string{argv}, "mounts": []string{"ws"}, "cwd": "ws", "pool": pool})
+		return string(b)
+	}
+	check(os.WriteFile(manifest, []byte(`{"schema_version":1,"tools":{`+
+		`"true_pool":`+tool([]string{"/bin/true"}, 2)+`,"cat_pool":`+tool([]string{"cat", file}, 2)+
+		`,"true_cold":`+tool([]string{"/bin/true"}, 0)+`,"cat_cold":`+tool([]string{"cat", file}, 0)+
+		`,"true_tput":`+tool([]string{"/bin/true"}, 8)+`}}`), 0o644))
+	sock := filepath.Join(work, "s.sock")
+	d := exec.Command(filepath.Join(*bin, "sluiced"), "--manifest", manifest, "--socket", sock,
+		"--state-dir", filepath.Join(work, "state"), "--run-dir", filepath.Join(work, "run"), "--log-level", "error")
+	d.Stderr = os.Stderr
+	check(d.Start())
+	stopDaemon = func() { d.Process.Signal(unix.SIGTERM); d.Wait() }
+	defer stopDaemon()
+	c := client.New(sock)
+	for i := 0; ; i++ {
+		if _, err := c.Health(context.Background()); err == nil {
+			break
+		}
+		if i > 200 {
+			check(fmt.Errorf("sluiced not ready"))
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // pools fill
+	sluice := func(name string) func() error {
+		return func() error {
+			res, err := c.Call(context.Background(), api.CallRequest{Tool: name})
+			if err == nil && !res.OK {
+				err = fmt.Errorf("%s: %s %s", name, res.Reason, res.Stderr)
+			}
+			return err
+		}
+	}
+	// bwrap
+	bwrapArgs := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+		"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+		"--ro-bind", ws, ws, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", ws}
+	run := func(name string, args ...string) func() error {
+		return func() error {
+			cmd := exec.Command(name, args...)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("%s: %v: %s", name, err, out.String())
+			}
+			return nil
+		}
+	}
+	// runc
+	bundle := runcBundle(work, ws)
+	runcN := 0
+	runc := func(argv ...string) func() error {
+		cfgPath := filepath.Join(bundle, "config.json")
+		return func() error {
+			var cfg specs.Spec
+			b, _ := os.ReadFile(cfgPath)
+			json.Unmarshal(b, &cfg)
+			cfg.Process.Args = argv
+			b, _ = json.Marshal(cfg)
+			os.WriteFile(cfgPath, b, 0o644)
+			runcN++
+			return run("runc", "run", "--bundle", bundle, fmt.Sprintf("sluice-bench-%d-%d", os.Getpid(), runcN))()
+		}
+	}
+	methods := []struct {
+		name       string
+		true_, cat func() error
+	}{
+		{"direct fork/exec", run("/bin/true"), run("cat", file)},
+		{"bwrap --unshare-all", run("bwrap", append(bwrapArgs, "/bin/true")...), run("bwrap", append(bwrapArgs, "cat", file)...)},
+		{"runc run", runc("/bin/true"), runc("cat", file)},
+		{"sluice, warm pool", sluice("true_pool"), sluice("cat_pool")},
+		{"sluice, cold (pool 0)", sluice("true_cold"), sluice("cat_cold")},
+	}
+	p50 := map[string]time.Duration{}
+	gap = *space
+	fmt.Printf("\nexecute latency, %d calls each, spaced %v apart (ms)\n", *n, *space)
+	fmt.Printf("%-24s %9s %9s %9s %9s\n", "", "true p50", "true p95", "cat p50", "cat p95")
+	for _, m := range methods {
+		t := spaced(m.true_, *n)
+		k := spaced(m.cat, *n)
+		p50[m.name] = pct(t, 50)
+		fmt.Printf("%-24s %9.2f %9.2f %9.2f %9.2f\n", m.name, ms(pct(t, 50)), ms(pct(t, 95)), ms(pct(k, 50)), ms(pct(k, 95)))
+	}
+	pool, cold := p50["sluice, warm pool"], p50["sluice, cold (pool 0)"]
+	fmt.Printf("\npooled p50 / bwrap p50  = %.2f (goal ≤ 0.5)\n", float64(pool)/float64(p50["bwrap --unshare-all"]))
+	fmt.Printf("pooled p50 / direct p50 = %.2f (goal ≤ 2.5)\n", float64(pool)/float64(p50["direct fork/exec"]))
+	fmt.Printf("cold p50 / runc p50     = %.2f (goal ≤ 0.8)\n", float64(cold)/float64(p50["runc run"]))
+
+	// throughput: 8 clients back to back; then the refill rate bounds it
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(time.Duration(*secs * float64(time.Second)))
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := client.New(sock)
+			defer cl.Close()
+			for time.Now().Before(deadline) {
+				t := time.Now()
+				res, err := cl.Call(context.Background(), api.CallRequest{Tool: "true_tput"})
+				if err != nil || !res.OK {
+					check(fmt.Errorf("throughput call: %v %+v", err, res))
+				}
+				mu.Lock()
+				lat = append(lat, time.Since(t))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	fmt.Printf("\nsustained, 8 concurrent clients, /bin/true for %.0f s: %.0f calls/s, p50 %.1f ms, p95 %.1f ms (goal ≥ 100 calls/s, p95 ≤ 50 ms)\n",
+		*secs, float64(len(lat))/(*secs), ms(pct(lat, 50)), ms(pct(lat, 95)))
+}
+
+// runcBundle writes an OCI bundle equivalent to sluice's container: the
+// same read-only binds, uid 65534, no capabilities, no_new_privs,
+// read-only root, memory and pids limits, and profiles/default.json.
+func runcBundle(work, ws string) string {
+	bundle := filepath.Join(work, "bundle")
+	rootfs := filepath.Join(bundle, "rootfs")
+	check(os.MkdirAll(rootfs, 0o755))
+	for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
+		if t, err := os.Readlink("/" + l); err == nil {
+			os.Symlink(t, filepath.Join(rootfs, l))
+		}
+	}
+	var sc specs.LinuxSeccomp
+	check(json.Unmarshal(profiles.DefaultSeccomp, &sc))
+	mem, pids := int64(512<<20), int64(256)
+	ro := []string{"rbind", "ro", "nosuid", "nodev"}
+	spec := specs.Spec{
+		Version: specs.Version,
+		Root:    &specs.Root{Path: "rootfs", Readonly: true},
+		Process: &specs.Process{
+			User: specs.User{UID: 65534, GID: 65534}, Cwd: ws, Env: []string{"PATH=/usr/bin:/bin"},
+			Capabilities: &specs.LinuxCapabilities{}, NoNewPrivileges: true, Args: []string{"/bin/true"},
+		},
+		Hostname: "bench",
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=64k"}},
+			{Destination: "/usr", Type: "bind", Source: "/usr", Options: ro},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=67108864"}},
+			{Destination: ws, Type: "bind", Source: ws, Options: ro},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{{Type: "pid"}, {Type: "network"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "cgroup"}},
+			Resources: &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &mem, Swap: &mem}, Pids: &specs.LinuxPids{Limit: &pids},
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}},
+			Seccomp:       &sc,
+			MaskedPaths:   []string{"/proc/kcore", "/proc/keys", "/proc/timer_list"},
+			ReadonlyPaths: []string{"/proc/sys", "/proc/sysrq-trigger"},
+		},
+	}
+	b, err := json.MarshalIndent(spec, "", " ")
+	check(err)
+	check(os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o644))
+	return bundle
+}
+
+var gap = 40 * time.Millisecond
+
+func spaced(fn func() error, n int) []time.Duration {
+	for range 3 { // warm up
+		check(fn())
+		time.Sleep(gap)
+	}
+	out := make([]time.Duration, 0, n)
+	for range n {
+		t := time.Now()
+		check(fn())
+		out = append(out, time.Since(t))
+		time.Sleep(gap)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func pct(s []time.Duration, p int) time.Duration { return s[(len(s)-1)*p/100] }
+func ms(d time.Duration) float64                 { return float64(d.Microseconds()) / 1000 }
+
+var stopDaemon = func() {}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "execbench:", strings.TrimSpace(err.Error()))
+		stopDaemon()
+		os.Exit(1)
+	}
+}

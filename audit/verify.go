@@ -25,37 +25,9 @@ func (e *VerifyError) Error() string {
 // It returns the number of intact records and, if the chain is broken, a
 // *VerifyError naming the first bad seq.
 func Verify(r io.Reader) (uint64, error) {
-	br := bufio.NewReaderSize(r, 256<<10)
-	prev := Genesis
 	var n uint64
-	for line := 1; ; line++ {
-		b, err := readLine(br)
-		if err == io.EOF && len(b) == 0 {
-			return n, nil
-		}
-		want := n + 1
-		if err != nil && err != io.EOF {
-			if errors.Is(err, errLineTooLong) {
-				return n, &VerifyError{Seq: want, Line: line, Msg: err.Error()}
-			}
-			return n, fmt.Errorf("read: %w", err)
-		}
-		if err == io.EOF { // bytes without a final newline
-			return n, &VerifyError{Seq: want, Line: line, Msg: "torn last line (no newline): the daemon cuts it on its next start"}
-		}
-		rec, cerr := checkLine(b)
-		if cerr != nil {
-			return n, &VerifyError{Seq: want, Line: line, Msg: cerr.Error()}
-		}
-		if rec.Seq != want {
-			return n, &VerifyError{Seq: want, Line: line, Msg: fmt.Sprintf("seq is %d, want %d (a record was removed or inserted)", rec.Seq, want)}
-		}
-		if rec.Prev != prev {
-			return n, &VerifyError{Seq: want, Line: line, Msg: "prev does not match the hash of the record before (a record was removed, inserted or reordered)"}
-		}
-		prev = rec.Hash
-		n++
-	}
+	err := Read(r, func(*Record) error { n++; return nil })
+	return n, err
 }
 
 var errLineTooLong = errors.New("line longer than the largest record")
@@ -75,8 +47,9 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
-// Read decodes every record of a ledger, verifying as it goes; it stops at
-// the first bad record with a *VerifyError. For tail and replay.
+// Read decodes every record of a ledger, checking the chain as it goes,
+// and hands each to fn. It stops at the first bad record with a
+// *VerifyError naming it.
 func Read(r io.Reader, fn func(*Record) error) error {
 	br := bufio.NewReaderSize(r, 256<<10)
 	prev := Genesis
@@ -86,18 +59,24 @@ func Read(r io.Reader, fn func(*Record) error) error {
 		if err == io.EOF && len(b) == 0 {
 			return nil
 		}
-		if err != nil {
-			if err == io.EOF {
-				return &VerifyError{Seq: n + 1, Line: line, Msg: "torn last line"}
-			}
-			return err
+		want := n + 1
+		switch {
+		case errors.Is(err, errLineTooLong):
+			return &VerifyError{Seq: want, Line: line, Msg: err.Error()}
+		case err == io.EOF: // bytes without a final newline
+			return &VerifyError{Seq: want, Line: line, Msg: "torn last line (no newline): the daemon cuts it on its next start"}
+		case err != nil:
+			return fmt.Errorf("read: %w", err)
 		}
 		rec, cerr := checkLine(b)
-		if cerr == nil && (rec.Seq != n+1 || rec.Prev != prev) {
-			cerr = errors.New("chain broken")
-		}
 		if cerr != nil {
-			return &VerifyError{Seq: n + 1, Line: line, Msg: cerr.Error()}
+			return &VerifyError{Seq: want, Line: line, Msg: cerr.Error()}
+		}
+		if rec.Seq != want {
+			return &VerifyError{Seq: want, Line: line, Msg: fmt.Sprintf("seq is %d, want %d (a record was removed or inserted)", rec.Seq, want)}
+		}
+		if rec.Prev != prev {
+			return &VerifyError{Seq: want, Line: line, Msg: "prev does not match the hash of the record before (a record was removed, inserted or reordered)"}
 		}
 		prev = rec.Hash
 		n++

@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,20 +54,7 @@ func exitOK(v bool) *bool { return &v }
 // TestExecuteProbes: the corpus's Execute cases and more, each a fixed
 // command in the manifest, run over the socket.
 func TestExecuteProbes(t *testing.T) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	defer ln.Close()
-	var accepted atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	port, accepted := testutil.Listener(t)
 	probe := "./probe"
 	tools := []probeTool{
 		{name: "egress", argv: []string{probe, "connect", port}, reason: "allowed", want: "blocked:connect"},
@@ -136,7 +121,7 @@ func TestExecuteProbes(t *testing.T) {
 			t.Fatalf("daemon stopped serving after %s: %v", tl.name, err)
 		}
 	}
-	if accepted.Load() != 0 {
+	if accepted() != 0 {
 		t.Fatal("a sandboxed command reached a listener on the host's 127.0.0.1")
 	}
 	ledger := h.ledger()

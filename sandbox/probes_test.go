@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -73,23 +72,7 @@ func run(t *testing.T, r *Runner, s *Spec, argv ...string) *Result {
 func TestEscapeProbes(t *testing.T) {
 	r := newRunner(t)
 	f := newFixture(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var accepted atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	port, accepted := testutil.Listener(t)
 	probes := []struct {
 		name, arg, want string
 	}{
@@ -124,7 +107,7 @@ func TestEscapeProbes(t *testing.T) {
 			t.Errorf("%s %s: want %q in output, got %q (exit %d)", p.name, p.arg, p.want, out, res.ExitCode)
 		}
 	}
-	if accepted.Load() != 0 {
+	if accepted() != 0 {
 		t.Fatal("a container reached a host listener on 127.0.0.1")
 	}
 }

@@ -2,12 +2,15 @@ package testutil
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -108,15 +111,9 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
-var (
-	helperOnce sync.Once
-	helperPath string
-	helperErr  error
-)
-
 // Helper returns the path of a built sluice-helper: $SLUICE_BIN_DIR's when
-// it has one (make test builds it), else one compiled with gcc into a temp
-// dir once per test binary.
+// it has one (make test builds it), else one compiled with gcc once per
+// test binary.
 func Helper(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("SLUICE_BIN_DIR"); d != "" {
@@ -124,55 +121,74 @@ func Helper(t testing.TB) string {
 			return p
 		}
 	}
-	helperOnce.Do(func() {
-		_, self, _, _ := runtime.Caller(0)
-		src := filepath.Join(filepath.Dir(self), "..", "..", "sandbox", "helper", "helper.c")
-		dir, err := os.MkdirTemp("", "sluice-helper")
-		if err != nil {
-			helperErr = err
-			return
-		}
-		helperPath = filepath.Join(dir, "sluice-helper")
-		out, err := exec.Command("gcc", "-static", "-O2", "-s", "-o", helperPath, src).CombinedOutput()
-		if err != nil {
-			helperErr = fmt.Errorf("gcc sluice-helper: %v: %s", err, out)
-		}
-	})
-	if helperErr != nil {
-		t.Fatal(helperErr)
-	}
-	return helperPath
+	return helper.build(t)
 }
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-var (
-	probeOnce sync.Once
-	probePath string
-	probeErr  error
-)
 
 // Probe returns the path of the escape-probe program
 // (sandbox/testdata/probe.c), compiled static once per test binary. It
 // prints "ESCAPED:<name>" only when an escape attempt worked.
 func Probe(t testing.TB) string {
 	t.Helper()
-	probeOnce.Do(func() {
+	return probe.build(t)
+}
+
+var (
+	helper = &cProgram{src: "sandbox/helper/helper.c", name: "sluice-helper", flags: []string{"-O2", "-s"}}
+	probe  = &cProgram{src: "sandbox/testdata/probe.c", name: "probe", flags: []string{"-O1"}}
+)
+
+// cProgram is a C source of the repository built static with gcc, once.
+type cProgram struct {
+	src, name string
+	flags     []string
+	once      sync.Once
+	path      string
+	err       error
+}
+
+func (c *cProgram) build(t testing.TB) string {
+	t.Helper()
+	c.once.Do(func() {
 		_, self, _, _ := runtime.Caller(0)
-		src := filepath.Join(filepath.Dir(self), "..", "..", "sandbox", "testdata", "probe.c")
-		dir, err := os.MkdirTemp("", "sluice-probe")
+		src := filepath.Join(filepath.Dir(self), "..", "..", c.src)
+		dir, err := os.MkdirTemp("", "sluice-"+c.name)
 		if err != nil {
-			probeErr = err
+			c.err = err
 			return
 		}
-		probePath = filepath.Join(dir, "probe")
-		out, err := exec.Command("gcc", "-static", "-O1", "-o", probePath, src).CombinedOutput()
-		if err != nil {
-			probeErr = fmt.Errorf("gcc probe: %v: %s", err, out)
+		c.path = filepath.Join(dir, c.name)
+		args := append(append([]string{"-static"}, c.flags...), "-o", c.path, src)
+		if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			c.err = fmt.Errorf("gcc %s: %v: %s", c.name, err, out)
 		}
 	})
-	if probeErr != nil {
-		t.Fatal(probeErr)
+	if c.err != nil {
+		t.Fatal(c.err)
 	}
-	return probePath
+	return c.path
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// Listener listens on 127.0.0.1 and counts the connections it accepts:
+// egress tests assert that a sandbox never reaches it.
+func Listener(t testing.TB) (port string, accepted func() int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var n atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), n.Load
 }

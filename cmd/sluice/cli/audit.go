@@ -14,18 +14,9 @@ import (
 
 func (e *env) auditVerify(args []string) int {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
-	pos, code, ok := e.parse(fs, args, auditHelp)
-	if !ok {
+	f, _, code := e.openLedger(fs, args)
+	if f == nil {
 		return code
-	}
-	path, ok := oneFile(e, pos, auditHelp)
-	if !ok {
-		return ExitUsage
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "sluice audit verify: %v\n", err)
-		return ExitUsage
 	}
 	defer f.Close()
 	n, err := audit.Verify(f)
@@ -46,22 +37,13 @@ func (e *env) auditTail(args []string) int {
 	fs := flag.NewFlagSet("audit tail", flag.ContinueOnError)
 	n := fs.Int("n", 20, "")
 	follow := fs.Bool("f", false, "")
-	pos, code, ok := e.parse(fs, args, auditHelp)
-	if !ok {
+	f, path, code := e.openLedger(fs, args)
+	if f == nil {
 		return code
-	}
-	path, ok := oneFile(e, pos, auditHelp)
-	if !ok {
-		return ExitUsage
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "sluice audit tail: %v\n", err)
-		return ExitUsage
 	}
 	defer f.Close()
 	var last []string
-	err = audit.Read(f, func(r *audit.Record) error {
+	err := audit.Read(f, func(r *audit.Record) error {
 		last = append(last, audit.Summary(r))
 		if len(last) > *n {
 			last = last[1:]
@@ -105,4 +87,23 @@ func (e *env) auditTail(args []string) int {
 		}
 		partial = partial[:0]
 	}
+}
+
+// openLedger parses an audit subcommand's flags and its one FILE and opens
+// it. On failure it returns a nil file and the exit code.
+func (e *env) openLedger(fs *flag.FlagSet, args []string) (*os.File, string, int) {
+	pos, code, ok := e.parse(fs, args, auditHelp)
+	if !ok {
+		return nil, "", code
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(e.stderr, "sluice %s: want one FILE\n\n%s", fs.Name(), auditHelp)
+		return nil, "", ExitUsage
+	}
+	f, err := os.Open(pos[0])
+	if err != nil {
+		fmt.Fprintf(e.stderr, "sluice %s: %v\n", fs.Name(), err)
+		return nil, "", ExitUsage
+	}
+	return f, pos[0], ExitOK
 }

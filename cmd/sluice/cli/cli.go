@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/sluicehq/sluice/api"
@@ -330,12 +329,4 @@ func (e *env) audit(args []string) int {
 	}
 	fmt.Fprintf(e.stderr, "sluice audit: unknown subcommand %q\n\n%s", args[0], auditHelp)
 	return ExitUsage
-}
-
-func oneFile(e *env, pos []string, help string) (string, bool) {
-	if len(pos) != 1 {
-		fmt.Fprintf(e.stderr, "want one FILE\n\n%s", help)
-		return "", false
-	}
-	return strings.TrimSpace(pos[0]), true
 }

@@ -18,15 +18,19 @@ bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then echo "gofmt would change: $bad" >&2; exit 1; fi
 go vet $TAGS ./...
 
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
 echo "== unit and e2e tests"
-SLUICE_BIN_DIR="$PWD/bin" go test $TAGS -count=1 ./...
+SLUICE_BIN_DIR="$PWD/bin" go test $TAGS -count=1 ./... 2>&1 | tee -a "$log"
 
 echo "== race detector (pure and daemon packages)"
-go test $TAGS -race -count=1 ./authz/ ./audit/ ./internal/securefs/ ./daemon/ ./client/
+go test $TAGS -race -count=1 ./authz/ ./audit/ ./internal/securefs/ ./daemon/ ./client/ 2>&1 | tee -a "$log"
 
 echo "== fuzz targets, $FUZZTIME each"
 for target in authz:FuzzParse daemon:FuzzCallBody internal/securefs:FuzzResolve; do
   pkg=${target%%:*}; fn=${target##*:}
-  go test $TAGS -run '^$' -fuzz "^${fn}\$" -fuzztime "$FUZZTIME" "./$pkg/" | tail -n 1
+  go test $TAGS -run '^$' -fuzz "^${fn}\$" -fuzztime "$FUZZTIME" "./$pkg/" 2>&1 | tail -n 1 | tee -a "$log"
 done
-echo "test: all passed"
+# Package runs (unit, race, fuzz) that passed and failed.
+echo "test: $(grep -c '^ok' "$log") passed, $(grep -c '^FAIL' "$log") failed"

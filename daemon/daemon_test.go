@@ -60,21 +60,36 @@ func startB(b *testing.B, manifest string) *client.Client {
 	if s := os.Getenv("SLUICE_BENCH_STATE"); s != "" {
 		dir = s
 	}
-	ready := make(chan struct{})
 	cfg := Config{Manifest: manifest, Socket: filepath.Join(dir, "b.sock"), StateDir: filepath.Join(dir, "state"),
 		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(b),
-		Logger: slog.New(slog.NewJSONHandler(benchLog(), nil)), Ready: func() { close(ready) }}
+		Logger: slog.New(slog.NewJSONHandler(benchLog(), nil))}
+	stop := launch(b, cfg)
+	c := client.New(cfg.Socket)
+	b.Cleanup(func() { c.Close(); stop(); os.RemoveAll(filepath.Join(dir, "state")) })
+	return c
+}
+
+// launch runs a daemon with cfg until the returned stop is called, and
+// returns once it is listening.
+func launch(tb testing.TB, cfg Config) (stop func()) {
+	tb.Helper()
+	ready := make(chan struct{})
+	cfg.Ready = func() { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg) }()
 	select {
 	case <-ready:
 	case err := <-done:
-		b.Fatal(err)
+		cancel()
+		tb.Fatalf("daemon did not start: %v", err)
 	}
-	c := client.New(cfg.Socket)
-	b.Cleanup(func() { c.Close(); cancel(); <-done; os.RemoveAll(filepath.Join(dir, "state")) })
-	return c
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("daemon: %v", err)
+		}
+	}
 }
 
 // start runs a daemon in-process on a fresh socket and state dir and stops
@@ -91,24 +106,11 @@ func start(t *testing.T, manifest string, mode securefs.Mode, tweak ...func(*Con
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	ready := make(chan struct{})
-	cfg.Ready = func() { close(ready) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("daemon did not start: %v", err)
-	}
+	stop := launch(t, cfg)
 	h := &harness{t: t, socket: cfg.Socket, stateDir: cfg.StateDir, c: client.New(cfg.Socket), logs: &logs.Buffer}
 	t.Cleanup(func() {
 		h.c.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("daemon: %v", err)
-		}
+		stop()
 	})
 	return h
 }

@@ -13,7 +13,6 @@ import (
 
 type route struct {
 	method string
-	prefix bool
 	h      func(http.ResponseWriter, *http.Request, Peer)
 }
 

@@ -90,8 +90,10 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 		c.runStream(w, rc)
 		return
 	}
-	_ = rc.SetWriteDeadline(time.Now().Add(time.Minute))
 	res := c.run()
+	// The bound on writing starts once the call has run: a command may
+	// rightly take up to its timeout_ms before there is anything to write.
+	_ = rc.SetWriteDeadline(time.Now().Add(c.d.cfg.WriteTimeout))
 	writeJSON(w, http.StatusOK, c.present(res))
 }
 
@@ -533,7 +535,7 @@ func (c *call) runStream(w http.ResponseWriter, rc *http.ResponseController) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	send := func(v any) {
-		_ = rc.SetWriteDeadline(time.Now().Add(time.Minute))
+		_ = rc.SetWriteDeadline(time.Now().Add(c.d.cfg.WriteTimeout))
 		_ = enc.Encode(v)
 		_ = rc.Flush()
 	}

@@ -33,6 +33,9 @@ type Config struct {
 	// ReadTimeout bounds reading one request, headers and body, so a
 	// client that dribbles bytes cannot pin a connection (default 10 s).
 	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one response (or one streamed event)
+	// to a client that does not read (default 1 min).
+	WriteTimeout time.Duration
 	// RunDir holds sandbox state, container rootfs dirs and the shared
 	// minimal /etc (default /run/sluice/sandbox).
 	RunDir string
@@ -77,6 +80,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = time.Minute
 	}
 }
 

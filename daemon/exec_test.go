@@ -296,3 +296,14 @@ func TestReloadDrainsPools(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestLongCallOutlivesWriteTimeout: a command that rightly runs longer
+// than the write timeout still gets its result written.
+func TestLongCallOutlivesWriteTimeout(t *testing.T) {
+	_, m := execFixture(t, []probeTool{{name: "slowish", argv: []string{"sh", "-c", "sleep 2; echo finished"}}})
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.WriteTimeout = time.Second })
+	res, _ := h.call("slowish", map[string]any{})
+	if !res.OK || *res.Output != "finished\n" {
+		t.Fatalf("%+v", res)
+	}
+}

@@ -10,10 +10,12 @@ import (
 	"io"
 	"path"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/strictjson"
 )
 
 // Defaults from DESIGN §4 and §7.
@@ -152,6 +154,13 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, merr("", "trailing data after the manifest object")
+	}
+	if err := strictjson.CheckKeys(data, reflect.TypeOf(m)); err != nil {
+		var ke *strictjson.KeyError
+		if errors.As(err, &ke) {
+			return nil, merr(ke.Path, "%s; keys are case-sensitive and appear once", ke.Msg)
+		}
+		return nil, merr("", "%v", err)
 	}
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("manifest directory %q must be absolute", dir)

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/strictjson"
 )
 
 const (
@@ -112,24 +113,20 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int,
 	return body, 0, nil
 }
 
-// strictDecode decodes exactly one JSON value into v, rejecting unknown
-// fields and trailing data.
-func strictDecode(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
+// strictDecode decodes exactly one JSON value into v: no unknown fields,
+// no trailing data, keys exact (case-sensitive) and not repeated.
+func strictDecode(data []byte, v any) error { return strictjson.Decode(data, v) }
 
 func describeJSONError(where string, err error) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
+	var ke *strictjson.KeyError
 	switch {
+	case errors.As(err, &ke):
+		if where != "" {
+			return badf("%s.%s", where, ke.Error())
+		}
+		return badf("%s", ke.Error())
 	case errors.As(err, &te):
 		field := te.Field
 		if field == "" {

@@ -95,9 +95,8 @@ type Daemon struct {
 	mu  sync.RWMutex
 	pol *policy
 
-	runnerMu  sync.Mutex
-	runner    *sandbox.Runner
-	runnerErr error
+	runnerMu sync.Mutex
+	runner   *sandbox.Runner
 
 	reloadMu sync.Mutex
 }
@@ -188,8 +187,8 @@ func Run(ctx context.Context, cfg Config) error {
 func (d *Daemon) getRunner() (*sandbox.Runner, error) {
 	d.runnerMu.Lock()
 	defer d.runnerMu.Unlock()
-	if d.runner != nil || d.runnerErr != nil {
-		return d.runner, d.runnerErr
+	if d.runner != nil {
+		return d.runner, nil
 	}
 	r, err := sandbox.NewRunner(d.cfg.RunDir, d.cfg.Helper, d.log)
 	if err != nil {

@@ -143,7 +143,7 @@ func orDefault(v, def int64) int64 {
 // own, when the request omitted it).
 func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	et := c.p.exec[c.req.Tool]
-	if et == nil || c.d.runner == nil {
+	if et == nil || c.p.runner == nil {
 		c.d.log.Error("execute tool has no sandbox", "tool", c.req.Tool)
 		return &outcome{reason: api.ReasonInternalError}
 	}
@@ -157,7 +157,7 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	}
 	if box == nil {
 		var err error
-		if box, err = c.d.runner.Create(et.spec); err != nil {
+		if box, err = c.p.runner.Create(et.spec); err != nil {
 			c.d.log.Error("create sandbox", "err", err, "tool", c.req.Tool, "call_id", c.id)
 			return &outcome{reason: api.ReasonInternalError}
 		}

@@ -25,6 +25,8 @@ type policy struct {
 	base  *securefs.Root
 	roots map[string][]*securefs.Root // tool -> one per manifest root; nil where missing
 	exec  map[string]*execTool        // execute tools
+	// runner runs the execute tools' containers; set when there are any.
+	runner *sandbox.Runner
 
 	users   atomic.Int64
 	retired atomic.Bool
@@ -71,22 +73,6 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		}
 		p.exec[name] = et
 	}
-	if len(p.exec) > 0 {
-		if runner == nil {
-			p.close()
-			return nil, errors.New("manifest declares execute tools but no sandbox is available")
-		}
-		r, err := runner()
-		if err != nil {
-			p.close()
-			return nil, fmt.Errorf("execute tools need the sandbox: %w", err)
-		}
-		for name, et := range p.exec {
-			if n := m.Tools[name].EffectivePool(); n > 0 {
-				et.pool = sandbox.NewPool(r, et.spec, n, log.With("tool", name))
-			}
-		}
-	}
 	for name, t := range m.Tools {
 		if len(t.Roots) == 0 {
 			continue
@@ -106,6 +92,25 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 			}
 		}
 		p.roots[name] = rs
+	}
+	// Pools start last, once nothing else can fail the load: they create
+	// containers (tens of ms of CPU each) as soon as they exist.
+	if len(p.exec) > 0 {
+		if runner == nil {
+			p.close()
+			return nil, errors.New("manifest declares execute tools but no sandbox is available")
+		}
+		r, err := runner()
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("execute tools need the sandbox: %w", err)
+		}
+		p.runner = r
+		for name, et := range p.exec {
+			if n := m.Tools[name].EffectivePool(); n > 0 {
+				et.pool = sandbox.NewPool(r, et.spec, n, log.With("tool", name))
+			}
+		}
 	}
 	return p, nil
 }

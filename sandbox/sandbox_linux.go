@@ -209,8 +209,15 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return nil, err
 	}
+	// On failure, in this order (defers run last first): the daemon's
+	// premounts are detached, the container is destroyed, the rootfs is
+	// removed. removeTree refuses to cross a mount, so the order matters.
+	var b *Box
 	defer func() {
 		if retErr != nil {
+			if b != nil {
+				b.Destroy()
+			}
 			removeTree(rootfs)
 		}
 	}()
@@ -218,44 +225,30 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 		return nil, err
 	}
 	premounts, err := r.premount(rootfs, spec)
+	// The container gets its own copies of the premounts when it is set
+	// up; the daemon's copies go as soon as Create returns.
+	defer unmountAll(premounts)
 	if err != nil {
-		unmountAll(premounts)
 		return nil, err
 	}
-	cfg := r.config(spec, id, rootfs)
-	c, err := libcontainer.Create(r.stateDir(), id, cfg)
+	c, err := libcontainer.Create(r.stateDir(), id, r.config(spec, id, rootfs))
 	if err != nil {
-		unmountAll(premounts)
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	b := &Box{ID: id, c: c, rootfs: rootfs, limits: spec.Limits, runner: r}
-	defer func() {
-		if retErr != nil {
-			b.Destroy()
-		}
-	}()
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		unmountAll(premounts)
+	b = &Box{ID: id, c: c, rootfs: rootfs, limits: spec.Limits, runner: r}
+	var inR, outW, errW *os.File
+	if inR, b.stdin, err = os.Pipe(); err != nil {
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		unmountAll(premounts)
-		inR.Close()
-		inW.Close()
+	defer inR.Close() // the child's ends: the container has its copies
+	if b.stdout, outW, err = os.Pipe(); err != nil {
 		return nil, err
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		unmountAll(premounts)
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
+	defer outW.Close()
+	if b.stderr, errW, err = os.Pipe(); err != nil {
 		return nil, err
 	}
-	b.stdin, b.stdout, b.stderr = inW, outR, errR
+	defer errW.Close()
 	cwd := spec.Cwd
 	if cwd == "" {
 		cwd = "/"
@@ -266,14 +259,12 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 		// numeric, as libcontainer's init parses it (logrus.WarnLevel)
 		LogLevel: strconv.Itoa(int(logrus.WarnLevel)),
 	}
-	err = c.Run(b.proc)
-	// The container has its own copies of the premounts now (or failed);
-	// the daemon's copies go at once.
-	unmountAll(premounts)
-	inR.Close()
-	outW.Close()
-	errW.Close()
-	if err != nil {
+	// Known upstream leak: if the init dies after starting but before it
+	// execs (a profile that forbids execve, OOM during setup), libcontainer
+	// v1.5.3 leaves one goroutine blocked on its exec fifo forever: the
+	// channel it would report on is never read again. Nothing here can
+	// release it.
+	if err := c.Run(b.proc); err != nil {
 		return nil, fmt.Errorf("start container: %w", err)
 	}
 	if st, err := c.State(); err == nil {

@@ -344,10 +344,8 @@ func (c *call) resolve() {
 // relBeneath fills the resource's absolute path and its path relative to
 // the root, both as the kernel names the fds now.
 func relBeneath(root *securefs.Root, h *securefs.Handle, res *authz.Resource) error {
-	if h.Kind == securefs.KindSocket {
-		if _, err := h.Path(); err != nil {
-			return nil // fallback resolver: a socket has no fd to name
-		}
+	if h.File() == nil {
+		return nil // fallback resolver: a socket it could not open has no fd to name
 	}
 	abs, rel, err := root.Locate(h)
 	if err != nil {

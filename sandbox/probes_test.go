@@ -392,6 +392,7 @@ func TestCreateFailuresLeaveNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(r.Close) // also when a check below fails
 	f := newFixture(t)
 	reserved := f.spec(t)
 	reserved.Mounts = append(reserved.Mounts, Mount{File: f.wsFile, Dest: "/usr/x"})

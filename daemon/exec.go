@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,31 +13,58 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/fsview"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/profiles"
 	"github.com/sluicehq/sluice/sandbox"
 )
 
-// execTool is an execute tool made ready: its mounts resolved to fds
-// beneath base, its container spec, and its warm pool.
+// execTool is an execute tool made ready: its mounts resolved to root fds
+// beneath base, then served by its view, its container spec, and its warm
+// pool.
 type execTool struct {
-	spec    *sandbox.Spec
-	pool    *sandbox.Pool // nil with pool 0
-	handles []*securefs.Handle
+	spec   *sandbox.Spec
+	pool   *sandbox.Pool // nil with pool 0
+	view   *sandbox.View
+	mounts []sandbox.ViewMount // until start hands them to the view
+	hide   func(int, string) bool
 }
 
 func (e *execTool) close() {
 	if e.pool != nil {
-		e.pool.Close() // before the mount fds go: the filler reads them
+		e.pool.Close() // before the view goes: the filler binds it
 	}
-	for _, h := range e.handles {
-		h.Close()
+	if e.view != nil {
+		e.view.Close()
 	}
+	for _, m := range e.mounts {
+		m.Source.Root.Close()
+	}
+	e.mounts = nil
 }
 
-// buildExec resolves an execute tool's mounts beneath base (each one an fd
-// the container's mount is made from, never a path looked up again) and
-// builds its spec. Errors name the manifest key.
+// start mounts the tool's view (it takes the mounts' roots) and fills in
+// the spec's binds; then the pool, if any, starts filling.
+func (e *execTool) start(name string, r *sandbox.Runner, pool int, log *slog.Logger) error {
+	mounts := e.mounts
+	e.mounts = nil
+	if len(mounts) > 0 {
+		v, err := r.NewView(mounts, e.hide)
+		if err != nil {
+			return fmt.Errorf("tools.%s: view of its mounts: %w", name, err)
+		}
+		e.view = v
+		e.spec.Mounts = v.Mounts
+	}
+	if pool > 0 {
+		e.pool = sandbox.NewPool(r, e.spec, pool, log.With("tool", name))
+	}
+	return nil
+}
+
+// buildExec resolves an execute tool's mounts beneath base (each one a
+// root fd its view serves from, never a path looked up again) and builds
+// its spec. Errors name the manifest key.
 func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, seccompCache map[string]*sandbox.Profile) (*execTool, error) {
 	key := "tools." + name
 	e := &execTool{}
@@ -49,30 +77,42 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 		return fail(err)
 	}
 	spec := &sandbox.Spec{UID: sandbox.DefaultUID, GID: sandbox.DefaultUID}
+	e.spec = spec
+	var dests []string
 	for i, m := range t.Mounts {
-		h, err := base.Resolve(filepath.Clean(m))
+		vm, err := resolveMount(base, filepath.Clean(m))
 		if err != nil {
 			return fail(fmt.Errorf("manifest: %s.mounts[%d]: %q: %w", key, i, m, err))
 		}
-		e.handles = append(e.handles, h)
-		if h.Kind != securefs.KindDir && h.Kind != securefs.KindFile {
-			return fail(fmt.Errorf("manifest: %s.mounts[%d]: %q is a %s; mount a directory or a regular file", key, i, m, h.Kind))
-		}
-		dest, err := h.Path()
-		if err != nil {
-			return fail(err)
-		}
-		if err := sandbox.CheckDest(dest); err != nil {
+		e.mounts = append(e.mounts, vm)
+		if err := sandbox.CheckDest(vm.Dest); err != nil {
 			return fail(fmt.Errorf("manifest: %s.mounts[%d]: %w", key, i, err))
 		}
-		spec.Mounts = append(spec.Mounts, sandbox.Mount{File: h.File(), Dest: dest})
+		// A mount inside another would be set up through the outer one's
+		// contents, which the workspace controls: refuse overlaps.
+		for j, d := range dests {
+			if d == vm.Dest || strings.HasPrefix(vm.Dest, d+"/") || strings.HasPrefix(d, vm.Dest+"/") {
+				return fail(fmt.Errorf("manifest: %s.mounts[%d] %q overlaps %s.mounts[%d] %q (both are %s and %s on the host); mount one directory that holds both, or two that do not nest",
+					key, i, m, key, j, t.Mounts[j], vm.Dest, d))
+			}
+		}
+		dests = append(dests, vm.Dest)
+	}
+	if len(t.Never) > 0 {
+		// A command sees its mounts minus what never hides: the same
+		// globs as for file tools, relative to each mount.
+		e.hide = func(_ int, rel string) bool { return authz.NeverMatch(t, rel) }
+	}
+	cwdDefault := ""
+	if len(dests) > 0 {
+		cwdDefault = dests[0]
+		if e.mounts[0].Source.Name != "" {
+			cwdDefault = "/tmp" // the first mount is a file
+		}
 	}
 	switch {
-	case t.Cwd == "" && len(spec.Mounts) > 0:
-		spec.Cwd = spec.Mounts[0].Dest
-		if st, _ := os.Stat(spec.Cwd); st != nil && !st.IsDir() {
-			spec.Cwd = "/tmp"
-		}
+	case t.Cwd == "" && cwdDefault != "":
+		spec.Cwd = cwdDefault
 	case t.Cwd == "":
 		spec.Cwd = "/tmp"
 	case filepath.IsAbs(t.Cwd):
@@ -122,13 +162,46 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 		spec.Seccomp = sc
 		seccompCache[prof] = sc
 	}
-	if len(t.Never) > 0 {
-		// A command sees its mounts, minus what never hides: the same
-		// globs as for file tools, relative to each mount.
-		spec.Hide = func(rel string) bool { return authz.NeverMatch(t, rel) }
-	}
-	e.spec = spec
 	return e, nil
+}
+
+// resolveMount opens what a mount path names beneath base. A directory
+// becomes a root of its own; a regular file becomes its name in its
+// directory, looked up again (never following a link) at every open.
+func resolveMount(base *securefs.Root, rel string) (sandbox.ViewMount, error) {
+	h, err := base.Resolve(rel)
+	if err != nil {
+		return sandbox.ViewMount{}, err
+	}
+	defer h.Close()
+	switch h.Kind {
+	case securefs.KindDir:
+		root, err := base.RootOf(h)
+		if err != nil {
+			return sandbox.ViewMount{}, err
+		}
+		dest, err := root.Path()
+		if err != nil {
+			root.Close()
+			return sandbox.ViewMount{}, err
+		}
+		return sandbox.ViewMount{Source: fsview.Source{Root: root}, Dest: dest}, nil
+	case securefs.KindFile:
+		abs, err := h.Path()
+		if err != nil {
+			return sandbox.ViewMount{}, err
+		}
+		_, frel, err := base.Locate(h)
+		if err != nil {
+			return sandbox.ViewMount{}, err
+		}
+		parent, err := base.OpenRootBeneath(filepath.Dir(frel))
+		if err != nil {
+			return sandbox.ViewMount{}, err
+		}
+		return sandbox.ViewMount{Source: fsview.Source{Root: parent, Name: filepath.Base(abs)}, Dest: abs}, nil
+	}
+	return sandbox.ViewMount{}, fmt.Errorf("is a %s; mount a directory or a regular file", h.Kind)
 }
 
 func orDefault(v, def int64) int64 {

@@ -107,8 +107,9 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		}
 		p.runner = r
 		for name, et := range p.exec {
-			if n := m.Tools[name].EffectivePool(); n > 0 {
-				et.pool = sandbox.NewPool(r, et.spec, n, log.With("tool", name))
+			if err := et.start(name, r, m.Tools[name].EffectivePool(), log); err != nil {
+				p.close()
+				return nil, err
 			}
 		}
 	}

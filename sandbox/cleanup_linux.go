@@ -213,10 +213,13 @@ func removeChildren(dirfd int, path string, mnt uint64) error {
 	return nil
 }
 
-// Close waits for background destroys and removes this run dir's (now
+// Close waits for background destroys and for closed views to stop, and removes this run dir's (now
 // empty) cgroup scope directories.
 func (r *Runner) Close() {
 	r.Wait()
+	if n := r.waitViews(10 * time.Second); n > 0 {
+		r.log.Warn("views still serving 10 s after their containers were destroyed", "count", n)
+	}
 	for _, dir := range r.cgroupDirs() {
 		os.Remove(dir)
 	}

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,155 +33,172 @@ func CheckDest(dest string) error {
 
 // premount makes, in the daemon's own mount namespace and inside the
 // container's rootfs dir, the /tmp tmpfs and a read-only bind of each tool
-// mount. The bind's source is the O_PATH fd the daemon resolved beneath
-// base, reached through /proc/self/fd: nothing is looked up again by
-// path, so a symlink swapped in after the check cannot redirect the mount
-// (CVE-2021-30465). The kernel refuses to bind a mount from another mount
-// namespace, which is why this is done here and not in the container's
-// init; libcontainer's recursive bind of the rootfs then copies these
-// mounts, flags and all, into the container. It returns the mount points
-// made, outermost first, for unmountAll.
-func (r *Runner) premount(rootfs string, spec *Spec) ([]string, error) {
-	var made []string
-	tmp := filepath.Join(rootfs, "tmp")
+// mount. The kernel refuses to bind a mount from another mount namespace,
+// which is why this is done here and not in the container's init;
+// libcontainer's recursive bind of the rootfs then copies these mounts,
+// flags and all, into the container.
+//
+// Nothing here follows a path: each target is created and opened one
+// component at a time beneath the rootfs dir's fd, refusing symlinks
+// (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), and each bind is a
+// detached clone of the source fd (open_tree) made read-only before it is
+// attached (mount_setattr) and moved onto the target fd (move_mount). The
+// sources are the tool's view entries (package fsview), never the
+// workspace itself, so nothing sluiced mounts ever sits on a host file.
+// It returns the mounts made, as fds of their roots, for unmountAll.
+func (r *Runner) premount(rootfs string, spec *Spec) ([]*os.File, error) {
+	var made []*os.File
+	rfd, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return made, fmt.Errorf("open rootfs: %w", err)
+	}
+	defer unix.Close(rfd)
 	size := spec.Limits.TmpBytes
 	if size <= 0 {
 		size = defaultTmpBytes
 	}
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return made, err
-	}
-	if err := unix.Mount("tmpfs", tmp, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
-		"mode=1777,size="+strconv.FormatInt(size, 10)); err != nil {
+	tmp, err := makeTarget(rfd, "/tmp", true)
+	if err != nil {
 		return made, fmt.Errorf("mount /tmp: %w", err)
 	}
-	made = append(made, tmp)
+	err = unix.Mount("tmpfs", procFd(tmp), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+		"mode=1777,size="+strconv.FormatInt(size, 10))
+	unix.Close(tmp)
+	if err != nil {
+		return made, fmt.Errorf("mount /tmp: %w", err)
+	}
+	// The tmpfs now covers the target: reopen it to name the new mount.
+	top, err := openBeneath(rfd, "tmp", unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return made, fmt.Errorf("mount /tmp: %w", err)
+	}
+	made = append(made, os.NewFile(uintptr(top), "/tmp"))
 	for _, m := range spec.Mounts {
 		if err := CheckDest(m.Dest); err != nil {
 			return made, err
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(int(m.File.Fd()), &st); err != nil {
-			return made, fmt.Errorf("mount %s: %w", m.Dest, err)
+		mf, err := bindReadOnly(rfd, m)
+		if mf != nil {
+			made = append(made, mf)
 		}
-		target := filepath.Join(rootfs, m.Dest)
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return made, err
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return made, err
-			}
-		} else if err := os.WriteFile(target, nil, 0o644); err != nil {
-			return made, err
-		}
-		src := "/proc/self/fd/" + strconv.Itoa(int(m.File.Fd()))
-		err := unix.Mount(src, target, "", unix.MS_BIND, "")
-		runtime.KeepAlive(m.File)
 		if err != nil {
 			return made, fmt.Errorf("bind %s: %w", m.Dest, err)
-		}
-		made = append(made, target)
-		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-			return made, fmt.Errorf("make %s read-only: %w", m.Dest, err)
-		}
-		if spec.Hide != nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			masked, err := r.maskHidden(m.File, target, spec.Hide)
-			made = append(made, masked...)
-			if err != nil {
-				return made, fmt.Errorf("mask never-listed paths in %s: %w", m.Dest, err)
-			}
 		}
 	}
 	return made, nil
 }
 
-// maxMaskWalk bounds the walk of one mounted tree. A larger tree fails
-// the container: a secret that could not be looked for is not exposed.
-const maxMaskWalk = 100_000
-
-// maskHidden walks the tree mounted at target through its source fd (never
-// following a symlink; a symlink to a hidden file reaches the mask inside
-// the container) and mounts over every path hide selects: an empty
-// read-only file over files, an empty read-only tmpfs over directories.
-func (r *Runner) maskHidden(src *os.File, target string, hide func(string) bool) ([]string, error) {
-	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(int(src.Fd())), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	runtime.KeepAlive(src)
-	if err != nil {
+// bindReadOnly clones m.File's mount (a view entry) and attaches it,
+// read-only, nosuid, nodev, at m.Dest beneath the rootfs fd.
+func bindReadOnly(rfd int, m Mount) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(m.File.Fd()), &st); err != nil {
 		return nil, err
 	}
-	var made []string
-	seen := 0
-	var walk func(dirfd int, rel string) error
-	walk = func(dirfd int, rel string) error {
-		defer unix.Close(dirfd)
-		dup, err := unix.Dup(dirfd)
-		if err != nil {
-			return err
-		}
-		f := os.NewFile(uintptr(dup), rel)
-		names, err := f.Readdirnames(-1)
-		f.Close()
-		if err != nil {
-			return err
-		}
-		sort.Strings(names)
-		for _, name := range names {
-			if seen++; seen > maxMaskWalk {
-				return fmt.Errorf("more than %d entries; mount a smaller directory", maxMaskWalk)
-			}
-			child := name
-			if rel != "" {
-				child = rel + "/" + name
-			}
-			var st unix.Stat_t
-			if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				continue
-			}
-			isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
-			if hide(child) {
-				where := filepath.Join(target, child)
-				var merr error
-				if isDir {
-					merr = unix.Mount("tmpfs", where, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=555")
-				} else if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-					merr = unix.Mount(r.empty, where, "", unix.MS_BIND, "")
-					if merr == nil {
-						made = append(made, where)
-						merr = unix.Mount("", where, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
-						if merr != nil {
-							return fmt.Errorf("mask %s: %w", child, merr)
-						}
-						continue
-					}
-				} else {
-					continue // a symlink: what it leads to is masked where it lies
-				}
-				if merr != nil {
-					return fmt.Errorf("mask %s: %w", child, merr)
-				}
-				made = append(made, where)
-				continue
-			}
-			if isDir {
-				cfd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-				if err != nil {
-					continue
-				}
-				if err := walk(cfd, child); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+	tree, err := unix.OpenTree(int(m.File.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	runtime.KeepAlive(m.File)
+	if err != nil {
+		return nil, fmt.Errorf("open_tree: %w", err)
 	}
-	return made, walk(fd, "")
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(tree)
+		return nil, fmt.Errorf("mount_setattr: %w", err)
+	}
+	target, err := makeTarget(rfd, m.Dest, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+	if err != nil {
+		unix.Close(tree)
+		return nil, err
+	}
+	err = unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+	unix.Close(target)
+	if err != nil {
+		unix.Close(tree)
+		return nil, fmt.Errorf("move_mount: %w", err)
+	}
+	// After the move the tree fd names the attached mount's root.
+	return os.NewFile(uintptr(tree), m.Dest), nil
 }
 
-// unmountAll detaches mount points, innermost first.
-func unmountAll(points []string) {
-	for i := len(points) - 1; i >= 0; i-- {
-		unix.Unmount(points[i], unix.MNT_DETACH)
+// makeTarget creates dest (absolute, clean) beneath the rootfs fd, one
+// component at a time, and returns an O_PATH fd of it: a directory, or an
+// empty regular file when dir is false. No component may be a symlink,
+// and nothing is reached through an earlier mount's contents (overlapping
+// mounts are refused at load; RESOLVE_NO_SYMLINKS is the backstop): a
+// workspace cannot make root create or truncate anything.
+func makeTarget(rfd int, dest string, dir bool) (int, error) {
+	parts := strings.Split(strings.TrimPrefix(dest, "/"), "/")
+	at := rfd
+	closeAt := func() {
+		if at != rfd {
+			unix.Close(at)
+		}
+	}
+	for i, name := range parts {
+		last := i == len(parts)-1
+		if name == "" || name == "." || name == ".." {
+			closeAt()
+			return -1, fmt.Errorf("mount path %q: bad component", dest)
+		}
+		if !last || dir {
+			if err := unix.Mkdirat(at, name, 0o755); err != nil && err != unix.EEXIST {
+				closeAt()
+				return -1, fmt.Errorf("mkdir %s: %w", name, err)
+			}
+			fd, err := openBeneath(at, name, unix.O_PATH|unix.O_DIRECTORY)
+			closeAt()
+			if err != nil {
+				return -1, fmt.Errorf("open %s: %w", name, err)
+			}
+			at = fd
+			continue
+		}
+		fd, err := unix.Openat(at, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err == nil {
+			unix.Close(fd)
+		} else if err != unix.EEXIST {
+			closeAt()
+			return -1, fmt.Errorf("create %s: %w", name, err)
+		}
+		fd, err = openBeneath(at, name, unix.O_PATH)
+		closeAt()
+		if err != nil {
+			return -1, fmt.Errorf("open %s: %w", name, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			unix.Close(fd)
+			return -1, fmt.Errorf("mount target %s is not a regular file", dest)
+		}
+		return fd, nil
+	}
+	return at, nil
+}
+
+// openBeneath opens one name beneath dirfd, following no symlink.
+func openBeneath(dirfd int, name string, flags int) (int, error) {
+	how := unix.OpenHow{
+		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	for range 16 {
+		fd, err := unix.Openat2(dirfd, name, &how)
+		if err != unix.EAGAIN && err != unix.EINTR {
+			return fd, err
+		}
+	}
+	return -1, unix.EAGAIN
+}
+
+func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// unmountAll detaches the daemon's copies of a container's premounts,
+// innermost first, by the fds of their roots (never by path), and closes
+// the fds.
+func unmountAll(mounts []*os.File) {
+	for i := len(mounts) - 1; i >= 0; i-- {
+		unix.Unmount(procFd(int(mounts[i].Fd())), unix.MNT_DETACH)
+		mounts[i].Close()
 	}
 }
 

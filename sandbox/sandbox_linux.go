@@ -47,10 +47,10 @@ type Limits struct {
 	TmpBytes    int64
 }
 
-// Mount is a read-only bind of something the caller resolved beneath its
-// base: File is the O_PATH fd of it, Dest its path inside the container
-// (the same as on the host). The caller keeps File open until Create
-// returns.
+// Mount is a read-only bind into the container: File is an O_PATH fd of
+// an entry of the tool's view (see NewView), Dest its path inside the
+// container (the same as on the host). The caller keeps File open until
+// Create returns.
 type Mount struct {
 	File *os.File
 	Dest string
@@ -59,10 +59,6 @@ type Mount struct {
 // Spec is everything that makes a tool's containers.
 type Spec struct {
 	Mounts []Mount
-	// Hide, when set, says whether a path inside a mount (relative to it)
-	// must be masked: a file shows empty, a directory shows empty. The
-	// mounted trees are walked when each container is created.
-	Hide    func(rel string) bool
 	Cwd     string   // inside the container; default "/"
 	Env     []string // the whole environment: nothing is inherited
 	Limits  Limits
@@ -78,10 +74,12 @@ type Runner struct {
 	dir    string
 	helper string
 	etc    string
-	empty  string // an empty read-only file: the mask over hidden files
 	log    *slog.Logger
 	seq    atomic.Uint64
 	bg     sync.WaitGroup // background destroys
+
+	viewsMu sync.Mutex
+	views   []*View
 
 	ownsRootfsMount bool // the rootfs dir was bind-mounted private by us
 	prefix          string
@@ -120,10 +118,6 @@ func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
 	os.Chmod(dir, 0o711)
 	if r.etc, err = prepareEtc(filepath.Join(dir, "etc")); err != nil {
 		return nil, fmt.Errorf("prepare /etc: %w", err)
-	}
-	r.empty = filepath.Join(dir, "empty")
-	if err := os.WriteFile(r.empty, nil, 0o444); err != nil {
-		return nil, err
 	}
 	return r, nil
 }

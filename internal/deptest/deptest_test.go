@@ -73,6 +73,10 @@ func forbidden(pkg, imp string) string {
 		if ours {
 			return pkg + " is a leaf: it imports none of sluice's packages"
 		}
+	case "internal/fsview":
+		if ours && local != "internal/securefs" {
+			return pkg + " serves views through securefs alone"
+		}
 	case "daemon", "sandbox":
 		if strings.HasPrefix(local, "cmd/") {
 			return "imports flow down: cmd -> daemon -> {authz, sandbox, audit} -> internal"

@@ -162,21 +162,22 @@ func (r *Root) OpenRootBeneath(unsafePath string) (*Root, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer h.Close()
+	return r.RootOf(h)
+}
+
+// RootOf makes a new root of the directory h names (h stays the
+// caller's): the same inode, never looked up again by path.
+func (r *Root) RootOf(h *Handle) (*Root, error) {
 	if h.Kind != KindDir {
-		h.Close()
-		return nil, fmt.Errorf("open root %s: %w", unsafePath, unix.ENOTDIR)
+		return nil, fmt.Errorf("open root %s: %w", h.f.Name(), unix.ENOTDIR)
 	}
-	if h.mode == ModeFallback {
-		// The fallback handle is O_RDONLY; a root wants O_PATH.
-		fd, err := unix.Open(procPath(h.f), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		runtime.KeepAlive(h.f)
-		h.Close()
-		if err != nil {
-			return nil, fmt.Errorf("open root %s: %w", unsafePath, classify(err))
-		}
-		return newRoot(os.NewFile(uintptr(fd), unsafePath), r.mode)
+	fd, err := unix.Open(procPath(h.f), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	runtime.KeepAlive(h.f)
+	if err != nil {
+		return nil, fmt.Errorf("open root %s: %w", h.f.Name(), classify(err))
 	}
-	return newRoot(h.f, r.mode)
+	return newRoot(os.NewFile(uintptr(fd), h.f.Name()), r.mode)
 }
 
 // File kinds, from fstat of the resolved fd.
@@ -402,4 +403,110 @@ func classifyRootErr(err error) error {
 		return fmt.Errorf("%w (%v)", ErrNotExist, err)
 	}
 	return fmt.Errorf("%w (%v)", ErrPathEscapes, err)
+}
+
+// ResolveNoFollow resolves unsafePath beneath r without following any
+// symlink, in any component: a symlink as the last component yields a
+// handle on the link itself (Kind KindSymlink), a symlink anywhere before
+// it fails with ErrPathEscapes. The handle's fd is always O_PATH, in both
+// modes. This is the lookup a view serves each name with: what it names
+// is what the path names now, never what a link points to.
+func (r *Root) ResolveNoFollow(unsafePath string) (*Handle, error) {
+	if strings.IndexByte(unsafePath, 0) >= 0 {
+		return nil, fmt.Errorf("resolve %q: %w", unsafePath, ErrInvalidPath)
+	}
+	if unsafePath == "" {
+		unsafePath = "."
+	}
+	var fd int
+	var err error
+	if r.useFallback() {
+		fd, err = walkNoFollow(int(r.fd.Fd()), unsafePath)
+	} else {
+		how := unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_SYMLINKS,
+		}
+		for range maxRetries {
+			fd, err = unix.Openat2(int(r.fd.Fd()), unsafePath, &how)
+			if err != unix.EAGAIN && err != unix.EINTR {
+				break
+			}
+		}
+		if err == unix.ENOSYS && r.mode != ModeOpenat2 {
+			noOpenat2.Store(true)
+			fd, err = walkNoFollow(int(r.fd.Fd()), unsafePath)
+		}
+	}
+	runtime.KeepAlive(r.fd)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %q: %w", unsafePath, classify(err))
+	}
+	h := &Handle{f: os.NewFile(uintptr(fd), unsafePath), mode: ModeOpenat2}
+	if err := h.stat(); err != nil {
+		h.f.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// walkNoFollow is ResolveNoFollow without openat2: one component at a
+// time with O_PATH|O_NOFOLLOW. ".." is refused outright, so every step
+// stays beneath dirfd; a symlink before the last component ends the walk
+// (openat through a link's O_PATH fd fails ENOTDIR, reported as ELOOP).
+func walkNoFollow(dirfd int, rel string) (int, error) {
+	cur := -1
+	defer func() {
+		if cur >= 0 {
+			unix.Close(cur)
+		}
+	}()
+	at := dirfd
+	parts := strings.Split(rel, "/")
+	for i, name := range parts {
+		if name == "" || name == "." {
+			if i == len(parts)-1 && cur < 0 {
+				return unix.Openat(dirfd, ".", unix.O_PATH|unix.O_CLOEXEC, 0)
+			}
+			continue
+		}
+		if name == ".." {
+			return -1, unix.EXDEV
+		}
+		fd, err := unix.Openat(at, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if err == unix.ENOTDIR {
+				var st unix.Stat_t
+				if unix.Fstat(at, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+					err = unix.ELOOP
+				}
+			}
+			return -1, err
+		}
+		if cur >= 0 {
+			unix.Close(cur)
+		}
+		cur, at = fd, fd
+	}
+	if cur < 0 {
+		return unix.Openat(dirfd, ".", unix.O_PATH|unix.O_CLOEXEC, 0)
+	}
+	fd := cur
+	cur = -1
+	return fd, nil
+}
+
+// Readlink returns the target of the symlink the handle names (from
+// ResolveNoFollow), read from its fd: the link is never looked up again.
+func (h *Handle) Readlink() (string, error) {
+	if h.f == nil || h.Kind != KindSymlink {
+		return "", fmt.Errorf("readlink: %w", unix.EINVAL)
+	}
+	buf := make([]byte, 4096)
+	n, err := unix.Readlinkat(int(h.f.Fd()), "", buf)
+	runtime.KeepAlive(h.f)
+	if err != nil {
+		return "", fmt.Errorf("readlink: %w", err)
+	}
+	return string(buf[:n]), nil
 }

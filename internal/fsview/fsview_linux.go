@@ -1,0 +1,442 @@
+package fsview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/securefs"
+)
+
+// Source is one mount of a view: a directory held open (Name empty), or
+// the regular file Name directly beneath it. A file mount is looked up by
+// name in its directory at every open, like any other node, so a host
+// save that renames a new file over it shows, and a symlink put in its
+// place shows nothing.
+type Source struct {
+	Root *securefs.Root
+	Name string
+}
+
+// Options tune a view.
+type Options struct {
+	// Hide reports whether the entry at rel (slash-separated, relative
+	// to mount i; never "") is hidden: it then does not exist in the
+	// view, nor does anything beneath it.
+	Hide func(i int, rel string) bool
+	// Timeout is how long the kernel may cache names and attributes
+	// (default 1 s): the longest a host edit takes to show. Lookups that
+	// fail are never cached, so a new file shows at once; a cached name
+	// still resolves its path again on every open, readdir and readlink.
+	Timeout time.Duration
+	// Logger, if set, receives go-fuse's diagnostics.
+	Logger *log.Logger
+}
+
+// View is a mounted view. Mount i is the entry named strconv.Itoa(i) in
+// its root directory.
+type View struct {
+	dir    string
+	server *fuse.Server
+	srcs   []Source
+	done   chan struct{}
+	once   sync.Once
+	// Passthrough reports whether the kernel agreed to FUSE passthrough
+	// (reads go straight to the backing file).
+	Passthrough bool
+}
+
+// Mount serves srcs at dir (an empty directory of the caller's). The view
+// takes ownership of the sources' roots: they are closed once the last
+// user of the view is gone (see Close), never while a request may use
+// them.
+func Mount(dir string, srcs []Source, opt Options) (*View, error) {
+	if opt.Timeout <= 0 {
+		opt.Timeout = time.Second
+	}
+	neg := time.Duration(0)
+	v := &View{dir: dir, srcs: srcs, done: make(chan struct{})}
+	root := &rootNode{v: v, hide: opt.Hide}
+	fopts := &fs.Options{
+		EntryTimeout:    &opt.Timeout,
+		AttrTimeout:     &opt.Timeout,
+		NegativeTimeout: &neg,
+		MountOptions: fuse.MountOptions{
+			AllowOther: true, // containers run as other uids
+			// The kernel checks mode bits against the caller, as on the
+			// host: a file the container's uid may not read stays closed.
+			Options:           []string{"default_permissions"},
+			FsName:            "sluice-view",
+			Name:              "sluice",
+			DirectMountStrict: true,
+			DirectMountFlags:  unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV,
+			DisableXAttrs:     true,
+			MaxBackground:     64,
+			Logger:            opt.Logger,
+		},
+		Logger: opt.Logger,
+	}
+	if opt.Logger == nil {
+		quiet := log.New(discard{}, "", 0)
+		fopts.MountOptions.Logger, fopts.Logger = quiet, quiet
+	}
+	server, err := fs.Mount(dir, root, fopts)
+	if err != nil {
+		for _, s := range srcs {
+			s.Root.Close()
+		}
+		return nil, fmt.Errorf("mount view at %s: %w", dir, err)
+	}
+	v.server = server
+	v.Passthrough = server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
+	go func() {
+		server.Wait()
+		for _, s := range srcs {
+			s.Root.Close()
+		}
+		close(v.done)
+	}()
+	return v, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// Dir is where the view is mounted.
+func (v *View) Dir() string { return v.dir }
+
+// Path is where mount i shows.
+func (v *View) Path(i int) string { return v.dir + "/" + strconv.Itoa(i) }
+
+// Close detaches the view. Binds of it that containers still hold keep
+// working until those containers are gone; then the kernel ends the
+// connection, the server stops and the roots are closed (Done).
+func (v *View) Close() {
+	v.once.Do(func() {
+		if err := unix.Unmount(v.dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			// Not mounted any more is fine; anything else, end the
+			// connection from our side.
+			v.server.Unmount()
+		}
+	})
+}
+
+// Done is closed once the server has stopped and the roots are closed.
+func (v *View) Done() <-chan struct{} { return v.done }
+
+// rootNode is the view's synthetic top directory: one entry per mount.
+type rootNode struct {
+	fs.Inode
+	v    *View
+	hide func(int, string) bool
+}
+
+var (
+	_ fs.NodeLookuper  = (*rootNode)(nil)
+	_ fs.NodeReaddirer = (*rootNode)(nil)
+	_ fs.NodeGetattrer = (*rootNode)(nil)
+)
+
+func (r *rootNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = unix.S_IFDIR | 0o555
+	out.Nlink = 2
+	return 0
+}
+
+func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	i, err := strconv.Atoi(name)
+	if err != nil || i < 0 || i >= len(r.v.srcs) || strconv.Itoa(i) != name {
+		return nil, syscall.ENOENT
+	}
+	n := &node{v: r.v, hide: r.hide, m: i}
+	return n.entry(ctx, &r.Inode, n, out)
+}
+
+func (r *rootNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	var list []fuse.DirEntry
+	for i := range r.v.srcs {
+		n := &node{v: r.v, hide: r.hide, m: i}
+		h, errno := n.resolve()
+		if errno != 0 {
+			continue
+		}
+		list = append(list, fuse.DirEntry{Name: strconv.Itoa(i), Mode: h.Stat.Mode & unix.S_IFMT, Ino: h.Stat.Ino})
+		h.Close()
+	}
+	return fs.NewListDirStream(list), 0
+}
+
+// node is a path in one mount. It holds no fd: every operation resolves
+// the path again, so it means what the path means now.
+type node struct {
+	fs.Inode
+	v    *View
+	hide func(int, string) bool
+	m    int
+	rel  string // "" for the mount itself
+}
+
+var (
+	_ fs.NodeLookuper   = (*node)(nil)
+	_ fs.NodeReaddirer  = (*node)(nil)
+	_ fs.NodeGetattrer  = (*node)(nil)
+	_ fs.NodeOpener     = (*node)(nil)
+	_ fs.NodeReadlinker = (*node)(nil)
+	_ fs.NodeStatfser   = (*node)(nil)
+)
+
+// full is the node's path beneath its source's root.
+func (n *node) full() string {
+	src := n.v.srcs[n.m]
+	switch {
+	case src.Name == "":
+		return n.rel
+	case n.rel == "":
+		return src.Name
+	}
+	return src.Name + "/" + n.rel
+}
+
+// resolve opens the node's path now, without following any symlink, and
+// refuses what the view never shows. Every failure is ENOENT: a hidden
+// name and a missing one look the same.
+func (n *node) resolve() (*securefs.Handle, syscall.Errno) {
+	if n.rel != "" && n.hide != nil && n.hide(n.m, n.rel) {
+		return nil, syscall.ENOENT
+	}
+	h, err := n.v.srcs[n.m].Root.ResolveNoFollow(n.full())
+	if err != nil {
+		if errors.Is(err, securefs.ErrNotExist) || errors.Is(err, securefs.ErrPathEscapes) || errors.Is(err, securefs.ErrInvalidPath) {
+			return nil, syscall.ENOENT
+		}
+		return nil, syscall.EIO
+	}
+	if !shown(h.Kind) || (n.v.srcs[n.m].Name != "" && n.rel == "" && h.Kind != securefs.KindFile) {
+		h.Close()
+		return nil, syscall.ENOENT
+	}
+	return h, 0
+}
+
+// shown: a view has directories, regular files and symlinks. Sockets
+// (a host service), FIFOs and devices do not exist in it.
+func shown(kind string) bool {
+	return kind == securefs.KindDir || kind == securefs.KindFile || kind == securefs.KindSymlink
+}
+
+func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
+	a.Ino = st.Ino
+	a.Size = uint64(st.Size)
+	a.Blocks = uint64(st.Blocks)
+	a.Atime, a.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)
+	a.Mtime, a.Mtimensec = uint64(st.Mtim.Sec), uint32(st.Mtim.Nsec)
+	a.Ctime, a.Ctimensec = uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec)
+	// No set-id bits: the view is nosuid anyway, and says so.
+	a.Mode = st.Mode &^ (unix.S_ISUID | unix.S_ISGID)
+	a.Nlink = uint32(st.Nlink)
+	a.Uid, a.Gid = st.Uid, st.Gid
+	a.Blksize = uint32(st.Blksize)
+}
+
+// entry answers a lookup of n (already built, with its rel) under parent.
+func (n *node) entry(ctx context.Context, parent *fs.Inode, child *node, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	h, errno := child.resolve()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer h.Close()
+	fillAttr(&out.Attr, &h.Stat)
+	// A node is a path: the same inode at two paths is two nodes (Gen
+	// tells them apart), so no operation ever runs on one path's behalf
+	// through another path's node.
+	hash := fnv.New64a()
+	fmt.Fprintf(hash, "%d\x00%s", child.m, child.rel)
+	id := fs.StableAttr{Mode: h.Stat.Mode & unix.S_IFMT, Ino: h.Stat.Ino, Gen: hash.Sum64()}
+	if id.Ino <= 1 || id.Ino == ^uint64(0) {
+		id.Ino = 1<<62 | id.Gen>>2
+	}
+	return parent.NewInode(ctx, child, id), 0
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if name == "" || name == "." || name == ".." || len(name) > 255 {
+		return nil, syscall.ENOENT
+	}
+	rel := name
+	if n.rel != "" {
+		rel = n.rel + "/" + name
+	}
+	return n.entry(ctx, &n.Inode, &node{v: n.v, hide: n.hide, m: n.m, rel: rel}, out)
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if of, ok := f.(*file); ok {
+		// fstat of an open file: the file that was opened, wherever
+		// its path now leads.
+		var st unix.Stat_t
+		if err := unix.Fstat(of.fd, &st); err != nil {
+			return fs.ToErrno(err)
+		}
+		fillAttr(&out.Attr, &st)
+		return 0
+	}
+	h, errno := n.resolve()
+	if errno != 0 {
+		return errno
+	}
+	defer h.Close()
+	fillAttr(&out.Attr, &h.Stat)
+	return 0
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	h, errno := n.resolve()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer h.Close()
+	if h.Kind != securefs.KindSymlink {
+		return nil, syscall.EINVAL
+	}
+	target, err := h.Readlink()
+	if err != nil {
+		return nil, syscall.EIO
+	}
+	return []byte(target), 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(n.v.srcs[n.m].Root.Fd()), &st); err != nil {
+		return fs.ToErrno(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, 0, 0
+	out.Files, out.Ffree = st.Files, 0
+	out.Bsize, out.Frsize = uint32(st.Bsize), uint32(st.Frsize)
+	out.NameLen = uint32(st.Namelen)
+	return 0
+}
+
+func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	h, errno := n.resolve()
+	if errno != 0 {
+		return nil, errno
+	}
+	defer h.Close()
+	if h.Kind != securefs.KindDir {
+		return nil, syscall.ENOTDIR
+	}
+	d, err := h.Open()
+	if err != nil {
+		return nil, syscall.EIO
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, syscall.EIO
+	}
+	dfd := int(d.Fd())
+	list := make([]fuse.DirEntry, 0, len(names))
+	for _, name := range names {
+		rel := name
+		if n.rel != "" {
+			rel = n.rel + "/" + name
+		}
+		if n.hide != nil && n.hide(n.m, rel) {
+			continue
+		}
+		// One name in a held directory fd, not followed: no path here
+		// can lead anywhere else.
+		var st unix.Stat_t
+		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR, unix.S_IFREG, unix.S_IFLNK:
+			list = append(list, fuse.DirEntry{Name: name, Mode: st.Mode & unix.S_IFMT, Ino: st.Ino})
+		}
+	}
+	return fs.NewListDirStream(list), 0
+}
+
+// Open opens the node's path now, for reading only (the view is read-only
+// and so is every bind of it).
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC|unix.O_APPEND|unix.O_CREAT) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	h, errno := n.resolve()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	defer h.Close()
+	if h.Kind != securefs.KindFile {
+		return nil, 0, syscall.ENOENT
+	}
+	f, err := h.Open()
+	if err != nil {
+		return nil, 0, syscall.EIO
+	}
+	// The file is ours now; *os.File would close it behind our back.
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	f.Close()
+	if err != nil {
+		return nil, 0, syscall.EIO
+	}
+	return &file{fd: fd}, 0, 0
+}
+
+// file is an open regular file of the view.
+type file struct {
+	mu sync.Mutex
+	fd int
+}
+
+var (
+	_ fs.FileReader          = (*file)(nil)
+	_ fs.FileReleaser        = (*file)(nil)
+	_ fs.FilePassthroughFder = (*file)(nil)
+	_ fs.FileLseeker         = (*file)(nil)
+)
+
+func (f *file) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := unix.Pread(f.fd, dest, off)
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// PassthroughFd hands the kernel the backing fd: reads and mmap then go
+// to the file directly, not through this process.
+func (f *file) PassthroughFd() (int, bool) { return f.fd, true }
+
+func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := unix.Seek(f.fd, int64(off), int(whence))
+	return uint64(n), fs.ToErrno(err)
+}
+
+func (f *file) Release(ctx context.Context) syscall.Errno {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fd >= 0 {
+		unix.Close(f.fd)
+		f.fd = -1
+	}
+	return 0
+}

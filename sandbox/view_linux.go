@@ -1,0 +1,107 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/fsview"
+)
+
+// ViewMount is one of a tool's mounts, as its view serves it: Source says
+// what the kernel resolves beneath (see fsview.Source), Dest where it
+// shows inside the container.
+type ViewMount struct {
+	Source fsview.Source
+	Dest   string
+}
+
+// View is a tool's read-only FUSE view of its mounts, made once per
+// manifest load and bound into each of its containers. Every name a
+// container looks up is decided by sluice's resolver at lookup time (see
+// package fsview): never-listed names, sockets, FIFOs and devices do not
+// exist in it, however and whenever the host made them.
+type View struct {
+	v      *fsview.View
+	Mounts []Mount // for Spec.Mounts: O_PATH fds of the view's entries
+	r      *Runner
+}
+
+// ViewTimeout is how long the kernel caches a view's names and
+// attributes: the longest a host edit of an allowed file takes to show.
+const ViewTimeout = time.Second
+
+// NewView mounts a view of mounts in the runner's private rootfs area.
+// hide(i, rel) says whether the entry at rel in mount i is hidden. The view
+// owns the sources' roots from here on, also on error.
+func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool) (*View, error) {
+	srcs := make([]fsview.Source, len(mounts))
+	for i, m := range mounts {
+		srcs[i] = m.Source
+	}
+	dir := filepath.Join(r.rootfsDir(), fmt.Sprintf("v%s-%d", r.prefix[1:], r.seq.Add(1)))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		for _, s := range srcs {
+			s.Root.Close()
+		}
+		return nil, err
+	}
+	fv, err := fsview.Mount(dir, srcs, fsview.Options{Hide: hide, Timeout: ViewTimeout})
+	if err != nil {
+		os.Remove(dir)
+		return nil, err
+	}
+	v := &View{v: fv, r: r}
+	r.viewsMu.Lock()
+	r.views = append(r.views, v)
+	r.viewsMu.Unlock()
+	for i, m := range mounts {
+		fd, err := unix.Open(fv.Path(i), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			v.Close()
+			return nil, fmt.Errorf("open view entry for %s: %w", m.Dest, err)
+		}
+		v.Mounts = append(v.Mounts, Mount{File: os.NewFile(uintptr(fd), m.Dest), Dest: m.Dest})
+	}
+	return v, nil
+}
+
+// Passthrough reports whether reads go straight to the backing files.
+func (v *View) Passthrough() bool { return v.v.Passthrough }
+
+// Close detaches the view. Containers made from it keep their binds until
+// they are destroyed; the server then stops by itself.
+func (v *View) Close() {
+	for _, m := range v.Mounts {
+		m.File.Close()
+	}
+	v.Mounts = nil
+	v.v.Close()
+	go func() {
+		<-v.v.Done()
+		os.Remove(v.v.Dir())
+	}()
+}
+
+// waitViews waits, up to d, for every closed view's server to stop, and
+// removes the view's directory; it reports the ones still serving.
+func (r *Runner) waitViews(d time.Duration) int {
+	r.viewsMu.Lock()
+	views := r.views
+	r.views = nil
+	r.viewsMu.Unlock()
+	deadline := time.After(d)
+	left := 0
+	for _, v := range views {
+		select {
+		case <-v.v.Done():
+			os.Remove(v.v.Dir())
+		case <-deadline:
+			left++
+		}
+	}
+	return left
+}

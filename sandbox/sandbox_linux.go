@@ -58,7 +58,7 @@ type Mount struct {
 
 // Spec is everything that makes a tool's containers.
 type Spec struct {
-	Mounts []Mount
+	Mounts  []Mount
 	Cwd     string   // inside the container; default "/"
 	Env     []string // the whole environment: nothing is inherited
 	Limits  Limits

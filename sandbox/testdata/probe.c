@@ -1,14 +1,18 @@
 /*
  * probe: tries one escape from inside a sluice sandbox and prints
  * "ESCAPED:<name>" only if it worked; otherwise "blocked:<name>:<errno>".
- * Tests assert that no ESCAPED marker ever appears.
+ * Tests assert that no ESCAPED marker ever appears. Probes of what must
+ * keep working print "ok:<name>", or "failed:<name>:<errno>".
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/netlink.h>
 #include <linux/perf_event.h>
+#include <linux/rtnetlink.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -36,6 +40,74 @@ static int report(const char *name, long rc) {
 	else
 		printf("blocked:%s:%d:%s\n", name, errno, strerror(errno));
 	fflush(stdout);
+	return 0;
+}
+
+/* ok reports a call that must keep working: "ok:<name>", else "failed:<name>:<errno>:". */
+static int ok(const char *name, long rc) {
+	if (rc >= 0)
+		printf("ok:%s\n", name);
+	else
+		printf("failed:%s:%d:%s\n", name, errno, strerror(errno));
+	fflush(stdout);
+	return 0;
+}
+
+/*
+ * sweep prints "<kind>:0x<value>:ok" or "<kind>:0x<value>:<errno>" for
+ * socket(2) or socketpair(2) over every domain (arg "socket", "socketpair")
+ * or socket(AF_NETLINK) over every protocol (arg "netlink"), including
+ * values with garbage in the upper 32 bits, which the kernel drops but a
+ * seccomp filter sees. The test decides which results are allowed.
+ */
+static int sweep(const char *kind) {
+	static const unsigned long high[] = {
+		1UL << 32, (1UL << 32) | AF_UNIX, (1UL << 32) | AF_INET, (1UL << 32) | AF_INET6,
+		(1UL << 32) | AF_NETLINK, (1UL << 32) | AF_VSOCK, 0xffffffffUL, 0xffffffff00000001UL,
+		0x8000000000000002UL, ~0UL,
+	};
+	unsigned long vals[64 + sizeof high / sizeof high[0]];
+	int n = 0;
+	for (unsigned long v = 0; v < 64; v++) vals[n++] = v;
+	for (unsigned i = 0; i < sizeof high / sizeof high[0]; i++) vals[n++] = high[i];
+	for (int i = 0; i < n; i++) {
+		int sv[2];
+		long rc;
+		errno = 0;
+		if (!strcmp(kind, "socket"))
+			rc = syscall(SYS_socket, vals[i], SOCK_DGRAM, 0);
+		else if (!strcmp(kind, "socketpair"))
+			rc = syscall(SYS_socketpair, vals[i], SOCK_DGRAM, 0, sv);
+		else if (!strcmp(kind, "netlink"))
+			rc = syscall(SYS_socket, AF_NETLINK, SOCK_DGRAM, vals[i]);
+		else {
+			fprintf(stderr, "sweep: unknown kind %s\n", kind);
+			return 2;
+		}
+		if (rc >= 0) {
+			printf("%s:0x%lx:ok\n", kind, vals[i]);
+			if (!strcmp(kind, "socketpair")) { close(sv[0]); close(sv[1]); } else close(rc);
+		} else
+			printf("%s:0x%lx:%d\n", kind, vals[i], errno);
+	}
+	fflush(stdout);
+	return 0;
+}
+
+/* route_dump asks NETLINK_ROUTE for the links, as glibc's getaddrinfo asks for the addresses. */
+static long route_dump(void) {
+	int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (s < 0) return -1;
+	struct { struct nlmsghdr h; struct rtgenmsg g; } req = {
+		.h = {.nlmsg_len = sizeof req, .nlmsg_type = RTM_GETLINK, .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 1},
+		.g = {.rtgen_family = AF_UNSPEC},
+	};
+	if (send(s, &req, sizeof req, 0) < 0) return -1;
+	char buf[8192];
+	long n = recv(s, buf, sizeof buf, 0);
+	if (n < (long)sizeof(struct nlmsghdr)) return -1;
+	struct nlmsghdr *h = (struct nlmsghdr *)buf;
+	if (h->nlmsg_type != RTM_NEWLINK) { errno = EBADMSG; return -1; }
 	return 0;
 }
 
@@ -169,6 +241,40 @@ int main(int argc, char **argv) {
 		inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
 		return report(p, connect(s, (struct sockaddr *)&a, sizeof a));
 	}
+	/* Socket families: only AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE open. */
+	int sv[2];
+	if (!strcmp(p, "vsock")) return report(p, socket(AF_VSOCK, SOCK_STREAM, 0)); /* not namespaced: reaches the host */
+	if (!strcmp(p, "packet")) return report(p, socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL)));
+	if (!strcmp(p, "inet-packet")) /* the kernel turns (AF_INET, SOCK_PACKET) into AF_PACKET */
+		return report(p, socket(AF_INET, SOCK_PACKET, htons(ETH_P_ALL)));
+	if (!strcmp(p, "alg")) return report(p, socket(AF_ALG, SOCK_SEQPACKET, 0));
+	if (!strcmp(p, "uevent")) /* receives the host's uevents */
+		return report(p, socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_KOBJECT_UEVENT));
+	if (!strcmp(p, "bluetooth")) return report(p, socket(AF_BLUETOOTH, SOCK_SEQPACKET, 0));
+	/* The kernel reads the domain and protocol as int; seccomp sees all 64 bits. */
+	if (!strcmp(p, "vsock-highbits")) return report(p, syscall(SYS_socket, (1UL << 32) | AF_VSOCK, SOCK_STREAM, 0));
+	if (!strcmp(p, "unix-highbits")) return report(p, syscall(SYS_socket, (1UL << 32) | AF_UNIX, SOCK_STREAM, 0));
+	if (!strcmp(p, "uevent-highbits"))
+		return report(p, syscall(SYS_socket, AF_NETLINK, SOCK_DGRAM, (1UL << 32) | NETLINK_KOBJECT_UEVENT));
+	if (!strcmp(p, "route-highbits"))
+		return report(p, syscall(SYS_socket, AF_NETLINK, SOCK_RAW, (1UL << 32) | NETLINK_ROUTE));
+	if (!strcmp(p, "socketpair-vsock")) return report(p, socketpair(AF_VSOCK, SOCK_STREAM, 0, sv));
+	if (!strcmp(p, "socketpair-packet")) return report(p, socketpair(AF_PACKET, SOCK_RAW, 0, sv));
+	if (!strcmp(p, "socketpair-highbits"))
+		return report(p, syscall(SYS_socketpair, (1UL << 32) | AF_UNIX, SOCK_STREAM, 0, sv));
+	const int fl = SOCK_CLOEXEC | SOCK_NONBLOCK;
+	if (!strcmp(p, "unix")) return ok(p, socket(AF_UNIX, SOCK_STREAM, 0));
+	if (!strcmp(p, "unix-flags")) return ok(p, socket(AF_UNIX, SOCK_DGRAM | fl, 0));
+	if (!strcmp(p, "socketpair-unix")) return ok(p, socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+	if (!strcmp(p, "socketpair-unix-flags")) return ok(p, socketpair(AF_UNIX, SOCK_SEQPACKET | fl, 0, sv));
+	if (!strcmp(p, "inet")) return ok(p, socket(AF_INET, SOCK_STREAM, 0));
+	if (!strcmp(p, "inet-flags")) return ok(p, socket(AF_INET, SOCK_DGRAM | fl, IPPROTO_UDP));
+	if (!strcmp(p, "inet6")) return ok(p, socket(AF_INET6, SOCK_STREAM, 0));
+	if (!strcmp(p, "inet6-flags")) return ok(p, socket(AF_INET6, SOCK_STREAM | fl, IPPROTO_TCP));
+	if (!strcmp(p, "route")) return ok(p, socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE));
+	if (!strcmp(p, "route-flags")) return ok(p, socket(AF_NETLINK, SOCK_DGRAM | fl, NETLINK_ROUTE));
+	if (!strcmp(p, "route-dump")) return ok(p, route_dump());
+	if (!strcmp(p, "sweep")) return sweep(arg);
 	if (!strcmp(p, "read")) { /* arg: a host path that must not be visible */
 		int fd = open(arg, O_RDONLY);
 		if (fd < 0) return report(p, fd);

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/opencontainers/runc/libcontainer"
 	// nsenter's C constructor joins the container's namespaces before the
@@ -23,3 +24,11 @@ func MaybeInit() {
 		libcontainer.Init()
 	}
 }
+
+// The main thread never runs anything but the main goroutine. libcontainer
+// joins each new container's mount namespace on a locked thread that it
+// lets die afterwards; had that been the main thread, Go would wedge it
+// there instead, and the process would keep the dead container's mount
+// namespace (and its binds of a view) alive forever, with /proc/self
+// showing that namespace to every mountinfo reader (Sweep, Leftovers).
+func init() { runtime.LockOSThread() }

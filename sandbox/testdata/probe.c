@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -233,6 +234,20 @@ int main(int argc, char **argv) {
 		printf("trying i386\n");
 		fflush(stdout);
 		return report(p, i386_getpid());
+	}
+	if (!strcmp(p, "connect-unix")) { /* arg: a unix socket path a host process may serve */
+		struct sockaddr_un a;
+		memset(&a, 0, sizeof a);
+		a.sun_family = AF_UNIX;
+		strncpy(a.sun_path, arg, sizeof a.sun_path - 1);
+		int s = socket(AF_UNIX, SOCK_STREAM, 0);
+		if (s < 0) return report(p, s);
+		return report(p, connect(s, (struct sockaddr *)&a, sizeof a));
+	}
+	if (!strcmp(p, "write-fifo")) { /* arg: a FIFO a host process reads */
+		int fd = open(arg, O_WRONLY | O_NONBLOCK);
+		if (fd < 0) return report(p, fd);
+		return report(p, write(fd, "ESCAPED-FIFO\n", 13));
 	}
 	if (!strcmp(p, "connect")) { /* arg: port on 127.0.0.1 */
 		int s = socket(AF_INET, SOCK_STREAM, 0);

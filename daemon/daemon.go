@@ -174,9 +174,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	conns := newConnTable(cfg.MaxConns, cfg.MaxConnsPerUID, d.log)
 	srv := &http.Server{
 		Handler:           d.routes(),
 		ConnContext:       connContext,
+		ConnState:         conns.connState,
 		ReadHeaderTimeout: cfg.ReadTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		IdleTimeout:       2 * time.Minute,
@@ -189,7 +191,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	serveErr := make(chan error, 1)
 	go func() {
-		serveErr <- srv.Serve(&limitListener{Listener: ln, sem: make(chan struct{}, cfg.MaxConns)})
+		serveErr <- srv.Serve(&admitListener{Listener: ln, t: conns})
 	}()
 	d.log.Info("sluiced ready", "socket", cfg.Socket, "manifest", pol.path,
 		"policy_version", pol.m.Version, "audit", ledger.Path(), "resolver", pol.base.Mode().String())
@@ -207,7 +209,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
 			st := ledger.Stats()
-			d.log.Info("shutting down", "audit_records", st.Records, "audit_syncs", st.Syncs)
+			_, evicted, refused := conns.stats()
+			d.log.Info("shutting down", "audit_records", st.Records, "audit_syncs", st.Syncs,
+				"conns_evicted", evicted, "conns_refused", refused)
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := srv.Shutdown(sctx)
 			cancel()

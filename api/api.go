@@ -38,6 +38,7 @@ const (
 	ReasonAuditUnavailable    = "audit_unavailable"
 	ReasonTimeout             = "timeout"
 	ReasonLimitExceeded       = "limit_exceeded"
+	ReasonBusy                = "busy" // no container slot within the queue wait; nothing ran
 	ReasonInternalError       = "internal_error"
 	// ReasonUnavailable is what an opaque manifest (deny_detail "opaque")
 	// shows a denied caller instead of the real reason.
@@ -51,7 +52,8 @@ var Reasons = []string{
 	ReasonNotAFile, ReasonNotADirectory, ReasonUnsupportedFileType,
 	ReasonCommandNotAllowed, ReasonApprovalRequired, ReasonApprovalDenied,
 	ReasonApprovalExpired, ReasonTaskCancelled, ReasonPreconditionFailed,
-	ReasonAuditUnavailable, ReasonTimeout, ReasonLimitExceeded, ReasonInternalError,
+	ReasonAuditUnavailable, ReasonTimeout, ReasonLimitExceeded, ReasonBusy,
+	ReasonInternalError,
 }
 
 // Operations a tool may perform.

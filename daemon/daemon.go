@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -28,8 +29,19 @@ type Config struct {
 
 	// MaxBodyBytes bounds a request body (default 1 MiB).
 	MaxBodyBytes int64
-	// MaxConns bounds open connections (default 1024).
+	// MaxConns bounds open connections (default 1024). At the cap an idle
+	// connection is closed to admit a new one (see admitListener).
 	MaxConns int
+	// MaxConnsPerUID bounds one peer uid's open connections (default
+	// 256), so that one local user cannot take every slot of MaxConns.
+	MaxConnsPerUID int
+	// MaxContainers caps the containers running calls at once (default
+	// 4 × CPUs). Warm pool containers waiting for a call do not count.
+	MaxContainers int
+	// QueueTimeout bounds how long an execute call over MaxContainers
+	// waits, in FIFO order, for a slot before it ends busy (default 10 s).
+	// The wait is not counted in the command's timeout_ms.
+	QueueTimeout time.Duration
 	// ReadTimeout bounds reading one request, headers and body, so a
 	// client that dribbles bytes cannot pin a connection (default 10 s).
 	ReadTimeout time.Duration
@@ -54,6 +66,21 @@ const DefaultStateDir = "/var/lib/sluice"
 // DefaultRunDir is where sandbox state lives by default.
 const DefaultRunDir = "/run/sluice/sandbox"
 
+// Admission defaults. A queued call waits at most DefaultQueueTimeout: long
+// enough to ride out a burst (at 4 slots per CPU and calls of a second or
+// two, a queue of dozens drains in that time), short enough that a caller
+// learns the daemon is saturated well before its own timeouts.
+const (
+	DefaultMaxConns       = 1024
+	DefaultMaxConnsPerUID = 256
+	DefaultQueueTimeout   = 10 * time.Second
+)
+
+// DefaultMaxContainers is 4 per CPU: enough for commands that wait on I/O
+// to overlap, few enough that a burst does not spend every call's
+// timeout_ms waiting for a core.
+func DefaultMaxContainers() int { return 4 * runtime.NumCPU() }
+
 func (c *Config) setDefaults() {
 	if c.Socket == "" {
 		c.Socket = api.DefaultSocket
@@ -76,7 +103,16 @@ func (c *Config) setDefaults() {
 		c.MaxBodyBytes = 1 << 20
 	}
 	if c.MaxConns <= 0 {
-		c.MaxConns = 1024
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxConnsPerUID <= 0 {
+		c.MaxConnsPerUID = DefaultMaxConnsPerUID
+	}
+	if c.MaxContainers <= 0 {
+		c.MaxContainers = DefaultMaxContainers()
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = DefaultQueueTimeout
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 10 * time.Second
@@ -99,6 +135,8 @@ type Daemon struct {
 	runner   *sandbox.Runner
 
 	reloadMu sync.Mutex
+
+	slots *admission // containers running calls
 }
 
 // Run starts sluiced and serves until ctx is done, then shuts down
@@ -106,7 +144,7 @@ type Daemon struct {
 // ledger is synced and closed, the socket removed.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.setDefaults()
-	d := &Daemon{cfg: cfg, log: cfg.Logger}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, slots: newAdmission(cfg.MaxContainers)}
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}
@@ -136,9 +174,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	conns := newConnTable(cfg.MaxConns, cfg.MaxConnsPerUID, d.log)
 	srv := &http.Server{
 		Handler:           d.routes(),
 		ConnContext:       connContext,
+		ConnState:         conns.connState,
 		ReadHeaderTimeout: cfg.ReadTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		IdleTimeout:       2 * time.Minute,
@@ -151,7 +191,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	serveErr := make(chan error, 1)
 	go func() {
-		serveErr <- srv.Serve(&limitListener{Listener: ln, sem: make(chan struct{}, cfg.MaxConns)})
+		serveErr <- srv.Serve(&admitListener{Listener: ln, t: conns})
 	}()
 	d.log.Info("sluiced ready", "socket", cfg.Socket, "manifest", pol.path,
 		"policy_version", pol.m.Version, "audit", ledger.Path(), "resolver", pol.base.Mode().String())
@@ -169,7 +209,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
 			st := ledger.Stats()
-			d.log.Info("shutting down", "audit_records", st.Records, "audit_syncs", st.Syncs)
+			_, evicted, refused := conns.stats()
+			d.log.Info("shutting down", "audit_records", st.Records, "audit_syncs", st.Syncs,
+				"conns_evicted", evicted, "conns_refused", refused)
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := srv.Shutdown(sctx)
 			cancel()

@@ -53,6 +53,13 @@ func (b *lockedBuf) Write(p []byte) (int, error) {
 	return b.Buffer.Write(p)
 }
 
+// String may be read while the daemon still logs.
+func (b *lockedBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.String()
+}
+
 // startB starts a daemon for a benchmark, with its ledger where
 // $SLUICE_BENCH_STATE says (default: the temp dir).
 func startB(b *testing.B, manifest string) *client.Client {

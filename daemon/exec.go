@@ -213,7 +213,8 @@ func orDefault(v, def int64) int64 {
 
 // runExec runs an allowed execute call: a warm box from the pool, or a
 // cold one; the argv handed over is the one authorized (the manifest's
-// own, when the request omitted it).
+// own, when the request omitted it). It holds a container slot from taking
+// the box until the command has ended.
 func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	et := c.p.exec[c.req.Tool]
 	if et == nil || c.p.runner == nil {
@@ -224,6 +225,10 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	if argv == nil {
 		argv = c.tool.Commands[0]
 	}
+	if o := c.waitSlot(); o != nil {
+		return o
+	}
+	defer c.d.slots.release()
 	var box *sandbox.Box
 	if et.pool != nil {
 		box = et.pool.Get()

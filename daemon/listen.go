@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -31,29 +34,42 @@ func peerFrom(ctx context.Context) (Peer, bool) {
 	return p, ok
 }
 
-// connContext stores SO_PEERCRED in the connection's context. A connection
-// whose credentials cannot be read gets none, and every request on it is
-// refused.
+// connContext puts the peer credentials read when the connection was
+// accepted in its context. A connection whose credentials could not be
+// read gets none, and every request on it is refused.
 func connContext(ctx context.Context, c net.Conn) context.Context {
-	if lc, ok := c.(*limitConn); ok {
-		c = lc.Conn
+	var p Peer
+	var ok bool
+	if tc, is := c.(*trackedConn); is {
+		p, ok = tc.peer, tc.known
+	} else {
+		p, ok = peerCred(c)
 	}
-	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return ctx
 	}
+	return context.WithValue(ctx, peerKey{}, p)
+}
+
+// peerCred reads SO_PEERCRED: what the kernel recorded of the peer when
+// it connected, which the peer cannot choose.
+func peerCred(c net.Conn) (Peer, bool) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return Peer{}, false
+	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return ctx
+		return Peer{}, false
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || cerr != nil {
-		return ctx
+		return Peer{}, false
 	}
-	return context.WithValue(ctx, peerKey{}, Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid})
+	return Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}, true
 }
 
 // listenUnix listens on path with mode 0660 (group "sluice" when that group
@@ -118,35 +134,6 @@ func listenUnix(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// limitListener caps open connections so a flood of idle or slow clients
-// cannot exhaust the daemon's fds; each slot is freed when its conn closes.
-type limitListener struct {
-	net.Listener
-	sem chan struct{}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
-
 // unlinkListener removes the socket file it was renamed to when closed.
 type unlinkListener struct {
 	*net.UnixListener
@@ -157,5 +144,206 @@ type unlinkListener struct {
 func (l *unlinkListener) Close() error {
 	err := l.UnixListener.Close()
 	l.once.Do(func() { os.Remove(l.path) })
+	return err
+}
+
+// admitListener admits connections under two caps, on all open
+// connections and on those of one peer uid, and never blocks Accept. A
+// listener that blocked at its cap let 1,100 idle connections from one
+// local user hold every other client's /v1/health for 10 s. At a cap, the
+// connection idle the longest is closed to make room (the same uid's for
+// the per-uid cap, anyone's for the total cap): an idle HTTP/1.1
+// connection holds nothing a client cannot get back by reconnecting, and
+// the Go client and most others redial on their own. A connection with a
+// request in flight is never closed; when every connection at the cap has
+// one, the new connection is refused (closed at once).
+type admitListener struct {
+	net.Listener
+	t *connTable
+}
+
+func (l *admitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		p, ok := peerCred(c)
+		if tc := l.t.admit(c, p, ok); tc != nil {
+			return tc, nil
+		}
+	}
+}
+
+// connTable counts open connections, in total and per peer uid, and keeps
+// the idle ones in the order they became idle. http.Server.ConnState
+// reports each connection's state: StateNew and StateIdle are idle (no
+// request in flight), StateActive is busy.
+type connTable struct {
+	maxTotal, maxPerUID int
+	log                 *slog.Logger
+
+	mu               sync.Mutex
+	total            int
+	uids             map[int64]*uidConns
+	idle             list.List // *trackedConn, idle longest first
+	evicted, refused uint64
+}
+
+type uidConns struct {
+	open int
+	idle list.List // this uid's *trackedConn, idle longest first
+}
+
+// trackedConn is an admitted connection and its peer credentials, read
+// once when it was accepted.
+type trackedConn struct {
+	net.Conn
+	t     *connTable
+	peer  Peer
+	known bool  // the credentials could be read
+	uid   int64 // peer.UID, or -1 when unknown: those share one count
+
+	// under t.mu
+	gone      bool
+	idleSince time.Time
+	idleAll   *list.Element // in t.idle while idle
+	idleUID   *list.Element // in its uidConns.idle while idle
+}
+
+func newConnTable(maxTotal, maxPerUID int, log *slog.Logger) *connTable {
+	return &connTable{maxTotal: max(maxTotal, 1), maxPerUID: max(maxPerUID, 1), log: log, uids: map[int64]*uidConns{}}
+}
+
+type eviction struct {
+	c    *trackedConn
+	cap  string
+	idle time.Duration
+}
+
+// admit registers c, from peer p (known: its credentials could be read),
+// as idle, closing what must go to make room for it. It returns nil,
+// having closed c, when c cannot be admitted.
+func (t *connTable) admit(c net.Conn, p Peer, known bool) *trackedConn {
+	tc := &trackedConn{Conn: c, t: t, uid: -1}
+	if known {
+		tc.peer, tc.known, tc.uid = p, true, int64(p.UID)
+	}
+	now := time.Now()
+	var ev *eviction
+	t.mu.Lock()
+	u := t.uids[tc.uid]
+	if u == nil {
+		u = &uidConns{}
+		t.uids[tc.uid] = u
+	}
+	// An eviction for the per-uid cap also makes room in the total, so
+	// the total cap needs checking only when the per-uid one is not hit.
+	refused := ""
+	if u.open >= t.maxPerUID {
+		if e := u.idle.Front(); e != nil {
+			ev = &eviction{c: e.Value.(*trackedConn), cap: "per_uid"}
+		} else {
+			refused = "per_uid"
+		}
+	} else if t.total >= t.maxTotal {
+		if e := t.idle.Front(); e != nil {
+			ev = &eviction{c: e.Value.(*trackedConn), cap: "total"}
+		} else {
+			refused = "total"
+		}
+	}
+	if refused != "" {
+		if u.open == 0 {
+			delete(t.uids, tc.uid)
+		}
+		t.refused++
+		t.mu.Unlock()
+		c.Close()
+		t.log.Debug("refused a connection: every connection at the cap has a request in flight",
+			"cap", refused, "uid", tc.uid, "max_conns", t.maxTotal, "max_conns_per_uid", t.maxPerUID)
+		return nil
+	}
+	if ev != nil {
+		ev.idle = now.Sub(ev.c.idleSince)
+		t.dropLocked(ev.c)
+		t.evicted++
+	}
+	u.open++
+	t.total++
+	t.setIdleLocked(tc, u, true, now)
+	t.mu.Unlock()
+	if ev != nil {
+		ev.c.Conn.Close()
+		t.log.Debug("closed an idle connection to admit a new one", "cap", ev.cap,
+			"uid", ev.c.uid, "idle_for", ev.idle.String(), "new_uid", tc.uid)
+	}
+	return tc
+}
+
+// setIdleLocked moves c into or out of the idle lists; a connection that
+// turns idle again goes to the back.
+func (t *connTable) setIdleLocked(c *trackedConn, u *uidConns, idle bool, now time.Time) {
+	switch {
+	case idle && c.idleAll == nil:
+		c.idleSince = now
+		c.idleAll = t.idle.PushBack(c)
+		c.idleUID = u.idle.PushBack(c)
+	case !idle && c.idleAll != nil:
+		t.idle.Remove(c.idleAll)
+		u.idle.Remove(c.idleUID)
+		c.idleAll, c.idleUID = nil, nil
+	}
+}
+
+// dropLocked stops counting c; it is closing or about to be.
+func (t *connTable) dropLocked(c *trackedConn) {
+	if c.gone {
+		return
+	}
+	c.gone = true
+	u := t.uids[c.uid]
+	t.setIdleLocked(c, u, false, time.Time{})
+	u.open--
+	t.total--
+	if u.open == 0 {
+		delete(t.uids, c.uid)
+	}
+}
+
+// connState is the http.Server's ConnState hook.
+func (t *connTable) connState(c net.Conn, s http.ConnState) {
+	tc, ok := c.(*trackedConn)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tc.gone {
+		return
+	}
+	switch s {
+	case http.StateNew, http.StateIdle:
+		t.setIdleLocked(tc, t.uids[tc.uid], true, time.Now())
+	case http.StateActive, http.StateHijacked:
+		t.setIdleLocked(tc, t.uids[tc.uid], false, time.Time{})
+	case http.StateClosed:
+		t.dropLocked(tc)
+	}
+}
+
+// stats reports open connections and how many were evicted or refused.
+func (t *connTable) stats() (open int, evicted, refused uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.total, t.evicted, t.refused
+}
+
+// Close closes the connection and frees its place in the counts.
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.t.mu.Lock()
+	c.t.dropLocked(c)
+	c.t.mu.Unlock()
 	return err
 }

@@ -28,11 +28,19 @@ func main() {
 		fmt.Fprintf(fs.Output(), `sluiced — authorizes AI agents' tool calls, runs them contained, audits them.
 
 Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--run-dir DIR]
-               [--helper PATH] [--log-level LEVEL]
+               [--helper PATH] [--max-containers N] [--queue-timeout D]
+               [--max-conns-per-uid N] [--log-level LEVEL]
 
 Serves HTTP/1.1 on a unix socket; the caller's identity is the socket's peer
 credentials. SIGHUP reloads the manifest (an invalid one is refused and the
 current one stays); SIGTERM shuts down gracefully.
+
+At most --max-containers commands run at once; an execute call over the cap
+waits its turn (first come, first served; not counted in its timeout_ms) for
+up to --queue-timeout, then ends with reason "busy". A peer uid may hold
+--max-conns-per-uid connections (1024 in all); at a cap the connection idle
+the longest is closed to admit a new one, and one with a request in flight
+never is.
 
 Flags:
 `)
@@ -43,10 +51,17 @@ Flags:
 	fs.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "state directory; the audit ledger is STATE_DIR/audit.jsonl")
 	fs.StringVar(&cfg.RunDir, "run-dir", daemon.DefaultRunDir, "sandbox run directory: container state, rootfs dirs, the shared /etc")
 	fs.StringVar(&cfg.Helper, "helper", "", "sluice-helper binary for execute tools (default: beside sluiced)")
+	fs.IntVar(&cfg.MaxContainers, "max-containers", daemon.DefaultMaxContainers(), "containers running commands at once; 4 per CPU by default")
+	fs.DurationVar(&cfg.QueueTimeout, "queue-timeout", daemon.DefaultQueueTimeout, "how long an execute call over --max-containers waits before it ends busy")
+	fs.IntVar(&cfg.MaxConnsPerUID, "max-conns-per-uid", daemon.DefaultMaxConnsPerUID, "open connections one peer uid may hold")
 	level := fs.String("log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
 	fs.Parse(os.Args[1:])
 	if cfg.Manifest == "" || fs.NArg() > 0 {
 		fs.Usage()
+		os.Exit(2)
+	}
+	if cfg.MaxContainers < 1 || cfg.QueueTimeout <= 0 || cfg.MaxConnsPerUID < 1 {
+		fmt.Fprintln(os.Stderr, "sluiced: --max-containers, --queue-timeout and --max-conns-per-uid must be positive")
 		os.Exit(2)
 	}
 	var lv slog.Level

@@ -1,0 +1,402 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// fakeConn is a connection that only records being closed.
+type fakeConn struct {
+	net.Conn
+	name   string
+	closed atomic.Bool
+}
+
+func (c *fakeConn) Close() error { c.closed.Store(true); return nil }
+
+// TestConnTable: at the per-uid cap the uid's own connection idle the
+// longest goes; at the total cap, anyone's; busy connections never go, and
+// with every connection at the cap busy the newcomer is refused.
+func TestConnTable(t *testing.T) {
+	tab := newConnTable(4, 2, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	conns := map[string]*fakeConn{}
+	tracked := map[string]*trackedConn{}
+	open := func(name string, uid uint32) bool {
+		t.Helper()
+		fc := &fakeConn{name: name}
+		conns[name] = fc
+		tc := tab.admit(fc, Peer{UID: uid}, true)
+		if tc == nil {
+			if !fc.closed.Load() {
+				t.Fatalf("%s refused but not closed", name)
+			}
+			return false
+		}
+		tracked[name] = tc
+		tab.connState(tc, http.StateNew)
+		return true
+	}
+	state := func(name string, s http.ConnState) { tab.connState(tracked[name], s) }
+	wantClosed := func(names ...string) {
+		t.Helper()
+		var got []string
+		for _, n := range []string{"a1", "a2", "a3", "a4", "a5", "b1", "b2", "c1", "c2", "c3", "c4"} {
+			if c := conns[n]; c != nil && c.closed.Load() {
+				got = append(got, n)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(names, " ") {
+			t.Fatalf("closed %v, want %v", got, names)
+		}
+	}
+	wantOpen := func(n int) {
+		t.Helper()
+		if got, _, _ := tab.stats(); got != n {
+			t.Fatalf("%d open, want %d", got, n)
+		}
+	}
+
+	// uid 1's cap is 2: its longest idle goes first.
+	open("a1", 1)
+	open("a2", 1)
+	open("a3", 1)
+	wantClosed("a1")
+	// a2 busy: a3 goes instead, though a2 is older.
+	state("a2", http.StateActive)
+	open("a4", 1)
+	wantClosed("a1", "a3")
+	// both busy: the newcomer is refused, nothing else closed.
+	state("a4", http.StateActive)
+	if open("a5", 1) {
+		t.Fatal("a5 admitted over a cap of busy connections")
+	}
+	wantClosed("a1", "a3", "a5")
+	wantOpen(2)
+
+	// The total cap (4): the oldest idle of anyone goes, busy ones stay.
+	open("b1", 2)
+	open("b2", 2)
+	state("a2", http.StateIdle) // idle again: now idle more recently than b1 and b2
+	open("c1", 3)
+	wantClosed("a1", "a3", "a5", "b1")
+	open("c2", 3)
+	wantClosed("a1", "a3", "a5", "b1", "b2")
+	wantOpen(4) // a2 a4 c1 c2
+	// uid 3 is at its cap: its own c1 goes, not a2, which has been idle longer.
+	open("c3", 3)
+	wantClosed("a1", "a3", "a5", "b1", "b2", "c1")
+
+	// Closed connections free their places, however they close.
+	tracked["a4"].Close()
+	state("c2", http.StateClosed)
+	wantOpen(2) // a2 c3
+	if n := len(tab.uids); n != 2 {
+		t.Fatalf("%d uids tracked, want 2 (1 and 3)", n)
+	}
+	// All four busy: the total cap refuses the fifth.
+	open("c4", 3)
+	open("b1", 2)
+	for _, n := range []string{"a2", "c3", "c4", "b1"} {
+		state(n, http.StateActive)
+	}
+	if open("b2", 2) {
+		t.Fatal("admitted over a total cap of busy connections")
+	}
+	if _, evicted, refused := tab.stats(); evicted != 5 || refused != 2 {
+		t.Fatalf("evicted %d refused %d, want 5 and 2", evicted, refused)
+	}
+	for _, tc := range tracked {
+		tc.Close()
+	}
+	wantOpen(0)
+	if len(tab.uids) != 0 || tab.idle.Len() != 0 {
+		t.Fatalf("left in the table: %d uids, %d idle", len(tab.uids), tab.idle.Len())
+	}
+}
+
+// raiseFDLimit makes room for n more fds in this process.
+func raiseFDLimit(t *testing.T, n uint64) {
+	t.Helper()
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur >= n {
+		return
+	}
+	lim.Cur = n
+	lim.Max = max(lim.Max, n)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatalf("raise RLIMIT_NOFILE to %d: %v", n, err)
+	}
+}
+
+// peerClosed reports, without waiting, whether the daemon has closed c.
+func peerClosed(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	if rc, ok := c.(*rawConn); ok {
+		c = rc.Conn
+	}
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var rerr error
+	buf := make([]byte, 1)
+	if err := raw.Control(func(fd uintptr) {
+		n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case errors.Is(rerr, unix.EAGAIN):
+		return false
+	case rerr != nil:
+		return true // ECONNRESET and the like
+	}
+	return n == 0
+}
+
+// rawConn is one connection spoken over by hand.
+type rawConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dialRaw(t *testing.T, socket string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, r: bufio.NewReader(c)}
+}
+
+// roundTrip sends req and reads the response, failing the test after 5 s.
+func (c *rawConn) roundTrip(req string) (*http.Response, []byte, error) {
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := io.WriteString(c, req); err != nil {
+		return nil, nil, err
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp, body, err
+}
+
+const healthReq = "GET /v1/health HTTP/1.1\r\nHost: sluice\r\n\r\n"
+
+func (c *rawConn) health(t *testing.T, what string) {
+	t.Helper()
+	resp, body, err := c.roundTrip(healthReq)
+	if err != nil || resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"status":"ok"`)) {
+		t.Fatalf("%s: health: %v %v %s", what, err, resp, body)
+	}
+}
+
+// callBody is a read_file call that any of these tests' daemons allows.
+const callBody = `{"tool":"read_file","args":{"path":"workspace/src/a.py"}}`
+
+// beginCall sends a call's head with "Expect: 100-continue" and returns
+// once the daemon asks for the body: its handler is then running, so the
+// connection has a request in flight until finishCall.
+func (c *rawConn) beginCall(t *testing.T) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	head := fmt.Sprintf("POST /v1/calls HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", len(callBody))
+	if _, err := io.WriteString(c, head); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil || resp.StatusCode != http.StatusContinue {
+		t.Fatalf("begin call: %v %v", err, resp)
+	}
+}
+
+func (c *rawConn) finishCall(t *testing.T, what string) {
+	t.Helper()
+	resp, body, err := c.roundTrip(callBody)
+	if err != nil || resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"ok":true`)) {
+		t.Fatalf("%s: the call in flight did not complete: %v %v %s", what, err, resp, body)
+	}
+}
+
+// dialAs connects to socket as another uid: the kernel records the
+// connecting thread's effective uid for SO_PEERCRED, so one locked thread
+// takes uid as its effective uid (keeping fsuid 0 to reach the socket)
+// and is thrown away after the connect, never unlocked.
+func dialAs(t *testing.T, socket string, uid int) *rawConn {
+	t.Helper()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
+			done <- result{err: fmt.Errorf("setresuid: %w", e)}
+			return
+		}
+		unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
+		c, err := net.Dial("unix", socket)
+		done <- result{c, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("dial as uid %d: %v", uid, r.err)
+	}
+	t.Cleanup(func() { r.c.Close() })
+	return &rawConn{Conn: r.c, r: bufio.NewReader(r.c)}
+}
+
+// TestIdleFlood: 1,100 idle connections from one peer lock no one out: a
+// fresh connection, from that uid or another, is served at once, whether
+// the per-uid cap or the total cap is the one reached, and the
+// connections closed to make room are exactly the longest idle.
+func TestIdleFlood(t *testing.T) {
+	testutil.RequireRoot(t) // to connect as another uid
+	const flood = 1100
+	raiseFDLimit(t, 3*flood+1024) // both ends of each, and the daemon's own
+	for _, tc := range []struct {
+		name   string
+		perUID int
+		keep   int // flood connections left open once the fresh one is in
+		cap    string
+	}{
+		{name: "per-uid cap", perUID: 0 /* default */, keep: DefaultMaxConnsPerUID - 1, cap: "per_uid"},
+		{name: "total cap", perUID: 2 * DefaultMaxConns, keep: DefaultMaxConns - 1, cap: "total"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := escapetest.Build(t)
+			logs := &lockedBuf{}
+			h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) {
+				c.MaxConnsPerUID = tc.perUID
+				c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			})
+			conns := make([]net.Conn, flood)
+			for i := range conns {
+				c, err := net.Dial("unix", h.socket)
+				if err != nil {
+					t.Fatalf("dial %d: %v", i, err)
+				}
+				conns[i] = c
+			}
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			// The 1,101st connection, through the Go client as an agent
+			// would call. The deadline is generous for a busy 2-core
+			// machine; the latency itself is logged.
+			fresh := client.New(h.socket)
+			defer fresh.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			begin := time.Now()
+			_, err := fresh.Health(ctx)
+			lat := time.Since(begin)
+			if err != nil {
+				t.Fatalf("a fresh connection after %d idle ones was not served in %v: %v", flood, lat, err)
+			}
+			t.Logf("GET /v1/health on connection %d: served in %v", flood+1, lat)
+
+			var closed []int
+			for i, c := range conns {
+				if peerClosed(t, c) {
+					closed = append(closed, i)
+				}
+			}
+			// closed is ascending: it is the longest idle iff its last is want-1.
+			if want := flood - tc.keep; len(closed) != want || closed[want-1] != want-1 {
+				t.Fatalf("%d flood connections closed (%v…), want the %d longest idle", len(closed), closed[:min(len(closed), 5)], want)
+			}
+			// The youngest of the flood is still open, and served.
+			last := &rawConn{Conn: conns[flood-1], r: bufio.NewReader(conns[flood-1])}
+			last.health(t, "the newest flood connection")
+			if !strings.Contains(logs.String(), `"msg":"closed an idle connection to admit a new one","cap":"`+tc.cap+`"`) {
+				t.Fatalf("no debug log of an eviction at the %s", tc.cap)
+			}
+			// Another local user is served too.
+			begin = time.Now()
+			dialAs(t, h.socket, 4242).health(t, "uid 4242")
+			t.Logf("GET /v1/health from uid 4242: served in %v", time.Since(begin))
+			if tc.cap == "total" && !strings.Contains(logs.String(), `"new_uid":4242`) {
+				t.Fatal("uid 4242's connection did not take the place of an idle one at the total cap")
+			}
+		})
+	}
+}
+
+// TestBusyConnNotEvicted: a connection with a request in flight survives
+// the newcomers that close idle ones; when every connection at the cap is
+// busy, the newcomer is refused at once, and the busy ones still complete.
+//
+// The kernel hands connections to Accept in the order they connected, so
+// the order of admission is the order of the dials below. Idle connections
+// here never send a request: a connection that just had a response is
+// marked idle by net/http only after the client has it, so its state
+// would race with the next dial.
+func TestBusyConnNotEvicted(t *testing.T) {
+	fx := escapetest.Build(t)
+	h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) { c.MaxConnsPerUID = 3 })
+	busy := dialRaw(t, h.socket)
+	busy.beginCall(t)
+	// 20 idle newcomers at a cap of 3, one of them busy: each from the
+	// third on closes the longest idle, never the busy one.
+	idle := make([]*rawConn, 20)
+	for i := range idle {
+		idle[i] = dialRaw(t, h.socket)
+	}
+	n1 := dialRaw(t, h.socket)
+	n1.beginCall(t) // admitted, so everyone before it was; now busy too
+	for i, c := range idle {
+		if want := i < len(idle)-1; peerClosed(t, c) != want {
+			t.Fatalf("idle connection %d: closed %t, want %t", i, !want, want)
+		}
+	}
+	if peerClosed(t, busy) {
+		t.Fatal("a connection with a request in flight was closed")
+	}
+	n2 := dialRaw(t, h.socket)
+	n2.beginCall(t) // takes the place of the last idle one
+	if !peerClosed(t, idle[len(idle)-1]) {
+		t.Fatal("the last idle connection was not closed for n2")
+	}
+	// Every connection at the cap is busy: the next one is closed at once.
+	refused := dialRaw(t, h.socket)
+	refused.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := refused.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("over a cap of busy connections: read %d, %v; want the connection closed at once", n, err)
+	}
+	for i, c := range []*rawConn{busy, n1, n2} {
+		c.finishCall(t, fmt.Sprintf("busy connection %d", i))
+	}
+}

@@ -61,6 +61,7 @@ const (
 	OpRead    = "read"
 	OpList    = "list"
 	OpWrite   = "write"
+	OpDelete  = "delete"
 	OpExecute = "execute"
 )
 

@@ -25,6 +25,10 @@ const (
 	DefaultMemoryMB  = 512
 	DefaultPids      = 256
 	DefaultPool      = 2
+	// DefaultApprovalTimeoutMS is how long a parked call waits (5 min).
+	DefaultApprovalTimeoutMS = 300_000
+	// DefaultFileMode is the mode of files a write creates.
+	DefaultFileMode = 0o644
 	// MaxManifestBytes bounds what Parse reads: a manifest is hand-written config.
 	MaxManifestBytes = 4 << 20
 	// maxMaxBytes bounds a tool's output cap so one call cannot ask the
@@ -76,6 +80,13 @@ type Tool struct {
 	CPUs        float64           `json:"cpus,omitempty"`
 	Seccomp     string            `json:"seccomp,omitempty"`
 	Pool        *int              `json:"pool,omitempty"`
+	// ApprovalTimeoutMS bounds how long a call waits for a human.
+	ApprovalTimeoutMS int64 `json:"approval_timeout_ms,omitempty"`
+	// Mode is which write modes calls may use: create, overwrite or
+	// create_or_overwrite (all; the default).
+	Mode string `json:"mode,omitempty"`
+	// FileMode is the octal permission of files a write creates ("0644").
+	FileMode string `json:"file_mode,omitempty"`
 
 	idx *toolIndex // built by Parse; see index.go
 }
@@ -330,42 +341,96 @@ func validateTools(m *Manifest) error {
 	return nil
 }
 
+// A validator checks one concern of a tool; validateTool runs the common
+// ones, then its operation's, in order (runc's validator list). Each
+// message names the key and the fix.
+type validator func(key string, t *Tool) error
+
+var commonValidators = []validator{validateDescription, validateMaxBytes, validateApproval, validateNever}
+
+// opValidators is the one place that says which operations exist and
+// what each one's keys are.
+var opValidators = map[string][]validator{
+	api.OpRead:    {validateRoots, onlyKeys()},
+	api.OpList:    {validateRoots, onlyKeys()},
+	api.OpWrite:   {validateRoots, onlyKeys("mode", "file_mode"), validateWriteMode},
+	api.OpDelete:  {validateRoots, onlyKeys()},
+	api.OpExecute: {noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits},
+}
+
+// Operations lists the operations a manifest may name, for messages.
+const operationList = "read, list, write, delete or execute"
+
 func validateTool(key string, t *Tool) error {
-	fileOp := false
-	switch t.Operation {
-	case api.OpRead, api.OpList, api.OpWrite:
-		fileOp = true
-	case api.OpExecute:
-	case "":
-		return merr(key+".operation", "missing; use read, list, write or execute")
-	default:
-		return merr(key+".operation", "is %q; use read, list, write or execute", t.Operation)
+	vs, ok := opValidators[t.Operation]
+	switch {
+	case t.Operation == "":
+		return merr(key+".operation", "missing; use "+operationList)
+	case !ok:
+		return merr(key+".operation", "is %q; use "+operationList, t.Operation)
 	}
+	for _, v := range append(commonValidators[:len(commonValidators):len(commonValidators)], vs...) {
+		if err := v(key, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateDescription(key string, t *Tool) error {
 	if len(t.Description) > 1024 {
 		return merr(key+".description", "longer than 1024 characters")
 	}
+	return nil
+}
+
+func validateMaxBytes(key string, t *Tool) error {
 	if t.MaxBytes < 0 || t.MaxBytes > maxMaxBytes {
 		return merr(key+".max_bytes", "is %d; use 1 to %d (default %d)", t.MaxBytes, maxMaxBytes, DefaultMaxBytes)
 	}
+	return nil
+}
+
+func validateApproval(key string, t *Tool) error {
 	switch t.Approval {
 	case "", "none", "human":
 	default:
 		return merr(key+".approval", "is %q; use \"none\" or \"human\"", t.Approval)
 	}
+	if t.ApprovalTimeoutMS < 0 || t.ApprovalTimeoutMS > 7*24*3600_000 {
+		return merr(key+".approval_timeout_ms", "is %d; use 1 to 604800000 (default %d)", t.ApprovalTimeoutMS, DefaultApprovalTimeoutMS)
+	}
+	if t.ApprovalTimeoutMS != 0 && t.Approval != "human" {
+		return merr(key+".approval_timeout_ms", "applies only with \"approval\": \"human\"; remove it or set approval")
+	}
+	return nil
+}
+
+func validateNever(key string, t *Tool) error {
 	for i, g := range t.Never {
 		if err := validateGlob(g); err != nil {
 			return merr(fmt.Sprintf("%s.never[%d]", key, i), "%q: %v", g, err)
 		}
 	}
-	if fileOp {
-		if len(t.Roots) == 0 {
-			return merr(key+".roots", "missing; a %s tool needs at least one root directory", t.Operation)
+	return nil
+}
+
+func validateRoots(key string, t *Tool) error {
+	if len(t.Roots) == 0 {
+		return merr(key+".roots", "missing; a %s tool needs at least one root directory", t.Operation)
+	}
+	for i, r := range t.Roots {
+		if err := validateRel(r); err != nil {
+			return merr(fmt.Sprintf("%s.roots[%d]", key, i), "%q %v", r, err)
 		}
-		for i, r := range t.Roots {
-			if err := validateRel(r); err != nil {
-				return merr(fmt.Sprintf("%s.roots[%d]", key, i), "%q %v", r, err)
-			}
-		}
+	}
+	return nil
+}
+
+// onlyKeys refuses the operation-specific keys of other operations on a
+// file tool; allowed names the ones this operation takes.
+func onlyKeys(allowed ...string) validator {
+	return func(key string, t *Tool) error {
 		for _, k := range []struct {
 			set  bool
 			name string
@@ -373,17 +438,104 @@ func validateTool(key string, t *Tool) error {
 			{len(t.Commands) > 0, "commands"}, {len(t.Mounts) > 0, "mounts"}, {t.Cwd != "", "cwd"},
 			{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
 			{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"},
+			{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"},
 		} {
-			if k.set {
-				return merr(key+"."+k.name, "applies only to execute tools; remove it")
+			if k.set && !slicesContains(allowed, k.name) {
+				return merr(key+"."+k.name, "does not apply to %s tools; remove it", t.Operation)
 			}
 		}
 		return nil
 	}
-	// execute
-	if len(t.Roots) > 0 {
-		return merr(key+".roots", "applies to read, list and write tools; an execute tool uses \"mounts\"")
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
 	}
+	return false
+}
+
+// Write modes.
+const (
+	ModeCreate            = "create"
+	ModeOverwrite         = "overwrite"
+	ModeCreateOrOverwrite = "create_or_overwrite"
+)
+
+func validateWriteMode(key string, t *Tool) error {
+	switch t.Mode {
+	case "", ModeCreate, ModeOverwrite, ModeCreateOrOverwrite:
+	default:
+		return merr(key+".mode", "is %q; use create, overwrite or create_or_overwrite (the default)", t.Mode)
+	}
+	if t.FileMode != "" {
+		if _, err := ParseFileMode(t.FileMode); err != nil {
+			return merr(key+".file_mode", "%q %v", t.FileMode, err)
+		}
+	}
+	return nil
+}
+
+// ParseFileMode reads an octal permission such as "0644" or "640": no
+// set-id or sticky bits, and the owner may read and write.
+func ParseFileMode(s string) (uint32, error) {
+	if s == "" || len(s) > 4 {
+		return 0, errors.New("is not an octal mode such as \"0644\"")
+	}
+	var m uint32
+	for _, c := range s {
+		if c < '0' || c > '7' {
+			return 0, errors.New("is not an octal mode such as \"0644\"")
+		}
+		m = m<<3 | uint32(c-'0')
+	}
+	if m&^0o777 != 0 {
+		return 0, errors.New("sets set-id or sticky bits; use permission bits only")
+	}
+	if m&0o600 != 0o600 {
+		return 0, errors.New("must let the owner read and write (0600 at least)")
+	}
+	return m, nil
+}
+
+// EffectiveFileMode is file_mode with its default applied.
+func (t *Tool) EffectiveFileMode() uint32 {
+	if m, err := ParseFileMode(t.FileMode); err == nil {
+		return m
+	}
+	return DefaultFileMode
+}
+
+// EffectiveApprovalTimeoutMS is approval_timeout_ms with its default.
+func (t *Tool) EffectiveApprovalTimeoutMS() int64 {
+	if t.ApprovalTimeoutMS > 0 {
+		return t.ApprovalTimeoutMS
+	}
+	return DefaultApprovalTimeoutMS
+}
+
+// AllowsWriteMode says whether a call's write mode is one the tool allows.
+func (t *Tool) AllowsWriteMode(mode string) bool {
+	switch t.Mode {
+	case "", ModeCreateOrOverwrite:
+		return true
+	}
+	return mode == t.Mode
+}
+
+func noRoots(key string, t *Tool) error {
+	if len(t.Roots) > 0 {
+		return merr(key+".roots", "applies to file tools; an execute tool uses \"mounts\"")
+	}
+	if t.Mode != "" || t.FileMode != "" {
+		return merr(key+".mode", "applies only to write tools; remove it")
+	}
+	return nil
+}
+
+func validateCommands(key string, t *Tool) error {
 	if len(t.Commands) == 0 {
 		return merr(key+".commands", "missing; list the allowed argv arrays, e.g. [[\"python3\",\"-m\",\"unittest\"]]")
 	}
@@ -401,11 +553,19 @@ func validateTool(key string, t *Tool) error {
 			return merr(k+"[0]", "the program is empty")
 		}
 	}
+	return nil
+}
+
+func validateMounts(key string, t *Tool) error {
 	for i, mnt := range t.Mounts {
 		if err := validateRel(mnt); err != nil {
 			return merr(fmt.Sprintf("%s.mounts[%d]", key, i), "%q %v", mnt, err)
 		}
 	}
+	return nil
+}
+
+func validateCwdEnv(key string, t *Tool) error {
 	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {
 		if err := validateRel(t.Cwd); err != nil {
 			return merr(key+".cwd", "%q %v (or give an absolute path inside the container, such as /tmp)", t.Cwd, err)
@@ -422,6 +582,10 @@ func validateTool(key string, t *Tool) error {
 			return merr(key+".env."+k, "value contains a NUL byte")
 		}
 	}
+	return nil
+}
+
+func validateLimits(key string, t *Tool) error {
 	if t.TimeoutMS < 0 || t.TimeoutMS > 3600_000 {
 		return merr(key+".timeout_ms", "is %d; use 1 to 3600000 (default %d)", t.TimeoutMS, DefaultTimeoutMS)
 	}

@@ -76,7 +76,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 	if err != nil {
 		return fail(err)
 	}
-	spec := &sandbox.Spec{UID: sandbox.DefaultUID, GID: sandbox.DefaultUID}
+	spec := &sandbox.Spec{} // the runner gives each container its own uid
 	e.spec = spec
 	var dests []string
 	for i, m := range t.Mounts {

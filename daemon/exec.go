@@ -231,7 +231,11 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	if box == nil {
 		var err error
 		if box, err = c.p.runner.Create(et.spec); err != nil {
-			c.d.log.Error("create sandbox", "err", err, "tool", c.req.Tool, "call_id", c.id)
+			msg := "create sandbox"
+			if errors.As(err, new(*sandbox.IDsExhaustedError)) {
+				msg = "create sandbox: every container uid is in use"
+			}
+			c.d.log.Error(msg, "err", err, "tool", c.req.Tool, "call_id", c.id)
 			return &outcome{reason: api.ReasonInternalError}
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/user"
 	"sort"
@@ -189,7 +188,7 @@ func scanColon(file string, fn func([]string)) error {
 		}
 		fn(strings.Split(line, ":"))
 	}
-	if err := sc.Err(); err != nil && err != io.EOF {
+	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read %s: %w", file, err)
 	}
 	return nil

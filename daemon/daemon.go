@@ -48,9 +48,13 @@ type Config struct {
 	// WriteTimeout bounds writing one response (or one streamed event)
 	// to a client that does not read (default 1 min).
 	WriteTimeout time.Duration
-	// RunDir holds sandbox state, container rootfs dirs and the shared
-	// minimal /etc (default /run/sluice/sandbox).
+	// RunDir holds sandbox state, container rootfs dirs and a minimal
+	// /etc per container uid (default /run/sluice/sandbox).
 	RunDir string
+	// UIDRange is the block of host uids (each also a gid) containers run
+	// as, one of its own per live container; ids a host account has are
+	// skipped (zero: sandbox.DefaultIDRange).
+	UIDRange sandbox.IDRange
 	// Helper is the sluice-helper binary that waits in pooled containers
 	// (default: sluice-helper beside the sluiced executable).
 	Helper string
@@ -232,7 +236,7 @@ func (d *Daemon) getRunner() (*sandbox.Runner, error) {
 	if d.runner != nil {
 		return d.runner, nil
 	}
-	r, err := sandbox.NewRunner(d.cfg.RunDir, d.cfg.Helper, d.log)
+	r, err := sandbox.NewRunnerWith(d.cfg.RunDir, d.cfg.Helper, d.log, sandbox.Options{IDs: d.cfg.UIDRange})
 	if err != nil {
 		return nil, err // not latched: a later reload may succeed
 	}

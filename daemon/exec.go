@@ -76,7 +76,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 	if err != nil {
 		return fail(err)
 	}
-	spec := &sandbox.Spec{UID: sandbox.DefaultUID, GID: sandbox.DefaultUID}
+	spec := &sandbox.Spec{} // the runner gives each container its own uid
 	e.spec = spec
 	var dests []string
 	for i, m := range t.Mounts {
@@ -236,7 +236,11 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	if box == nil {
 		var err error
 		if box, err = c.p.runner.Create(et.spec); err != nil {
-			c.d.log.Error("create sandbox", "err", err, "tool", c.req.Tool, "call_id", c.id)
+			msg := "create sandbox"
+			if errors.As(err, new(*sandbox.IDsExhaustedError)) {
+				msg = "create sandbox: every container uid is in use"
+			}
+			c.d.log.Error(msg, "err", err, "tool", c.req.Tool, "call_id", c.id)
 			return &outcome{reason: api.ReasonInternalError}
 		}
 	}

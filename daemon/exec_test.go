@@ -51,6 +51,28 @@ func execFixture(t *testing.T, tools []probeTool) (*escapetest.Fixture, string) 
 
 func exitOK(v bool) *bool { return &v }
 
+// checkStatusIDs: a /proc/self/status from inside shows one uid, from
+// rng and not nobody's, in all four Uid fields, and the same in Gid.
+func checkStatusIDs(t *testing.T, status string, rng sandbox.IDRange) {
+	t.Helper()
+	var uid, gid string
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+			uid = strings.Join(strings.Fields(v), " ")
+		}
+		if v, ok := strings.CutPrefix(line, "Gid:"); ok {
+			gid = strings.Join(strings.Fields(v), " ")
+		}
+	}
+	var id uint32
+	if n, _ := fmt.Sscan(uid, &id); n != 1 || id < rng.First || id > rng.Last || id == 65534 {
+		t.Errorf("uid %q inside: want one id of %s", uid, rng)
+	}
+	if want := strings.Repeat(fmt.Sprint(id)+" ", 4); uid+" " != want || gid+" " != want {
+		t.Errorf("Uid %q Gid %q inside: want %q in each", uid, gid, strings.TrimSpace(want))
+	}
+}
+
 // TestExecuteProbes: the corpus's Execute cases and more, each a fixed
 // command in the manifest, run over the socket.
 func TestExecuteProbes(t *testing.T) {
@@ -97,7 +119,8 @@ func TestExecuteProbes(t *testing.T) {
 			t.Errorf("left behind after the daemon stopped: %v\n%s", left, logs)
 		}
 	})
-	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
+	uids := sandbox.IDRange{First: 0x7F010000, Last: 0x7F0100FF}
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir; c.UIDRange = uids })
 	logs = h.logs
 	for _, tl := range tools {
 		res, body := h.call(tl.name, map[string]any{})
@@ -116,6 +139,9 @@ func TestExecuteProbes(t *testing.T) {
 		}
 		if res.ExitCode == nil {
 			t.Errorf("%s: no exit code", tl.name)
+		}
+		if tl.name == "status" {
+			checkStatusIDs(t, out, uids)
 		}
 		if _, err := h.c.Health(context.Background()); err != nil {
 			t.Fatalf("daemon stopped serving after %s: %v", tl.name, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,10 +58,20 @@ func TestExecuteBlackBox(t *testing.T) {
 		}
 		switch argv[1] {
 		case "status":
-			for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "Uid:\t65534"} {
+			for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("status lacks %q: %s", want, out)
 				}
+			}
+			// its own uid from the default range, the same as its gid
+			rng := sandbox.DefaultIDRange
+			var uid, gid [4]uint32
+			for _, line := range strings.Split(out, "\n") {
+				fmt.Sscanf(line, "Uid:\t%d\t%d\t%d\t%d", &uid[0], &uid[1], &uid[2], &uid[3])
+				fmt.Sscanf(line, "Gid:\t%d\t%d\t%d\t%d", &gid[0], &gid[1], &gid[2], &gid[3])
+			}
+			if uid[0] < rng.First || uid[0] > rng.Last || uid != [4]uint32{uid[0], uid[0], uid[0], uid[0]} || gid != uid {
+				t.Errorf("uids %v gids %v inside: want one id of %s in each", uid, gid, rng)
 			}
 		case "fds":
 			if strings.TrimSpace(out) != "FDS:0,1,2," {

@@ -20,7 +20,9 @@ func (r *Runner) cgroupPath(id string) string {
 // Sweep removes what a crashed daemon left in this run dir: containers
 // still in libcontainer's state dir (their processes are killed and their
 // cgroups removed), cgroups of this run dir with no state, and rootfs dirs.
-// It returns how many leftovers it removed.
+// It returns how many leftovers it removed. The per-uid /etc dirs are a
+// cache, not leftovers: NewRunner replaces an earlier run's, Close removes
+// its own.
 func (r *Runner) Sweep() (int, error) {
 	n := 0
 	var errs []error
@@ -213,12 +215,18 @@ func removeChildren(dirfd int, path string, mnt uint64) error {
 	return nil
 }
 
-// Close waits for background destroys and for closed views to stop, and removes this run dir's (now
-// empty) cgroup scope directories.
+// Close waits for background destroys and for closed views to stop, and
+// removes this run dir's (now empty) cgroup scope directories and the
+// per-uid /etc dirs (but those of boxes still alive).
 func (r *Runner) Close() {
 	r.Wait()
 	if n := r.waitViews(10 * time.Second); n > 0 {
 		r.log.Warn("views still serving 10 s after their containers were destroyed", "count", n)
+	}
+	if r.ids != nil {
+		if err := r.removeEtcDirs(r.ids.held); err != nil {
+			r.log.Warn("remove per-uid /etc dirs", "err", err)
+		}
 	}
 	for _, dir := range r.cgroupDirs() {
 		os.Remove(dir)
@@ -247,7 +255,7 @@ func killAndDestroy(c *libcontainer.Container) error {
 // from the kernel rather than from any bookkeeping: cgroups under its
 // scope in every hierarchy, mounts under its rootfs area, live processes
 // in its cgroups, and rootfs dirs. Tests assert it is empty after a daemon
-// stops. Zombies are not counted: they run nothing, and after a daemon is
+// stops. The per-uid /etc dirs are not listed: a cache, not a container's. Zombies are not counted: they run nothing, and after a daemon is
 // killed they are reaped by PID 1 (systemd does; some test sandboxes'
 // PID 1 never reaps).
 func Leftovers(dir string) []string {

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -120,12 +122,18 @@ func TestIsolationFacts(t *testing.T) {
 	s.Env = append(s.Env, "LANG=C.UTF-8")
 	status := string(run(t, r, s, f.probe, "status").Stdout)
 	for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
-		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",
-		"Uid:\t65534\t65534\t65534\t65534", "Gid:\t65534\t65534\t65534\t65534"} {
+		"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
 		if !strings.Contains(status, want) {
 			t.Errorf("status lacks %q:\n%s", want, status)
 		}
 	}
+	// Its own identity: real, effective, saved and fs uid and gid all one
+	// id of the range, not nobody's and not any host account's.
+	uid := statusID(t, status, "Uid")
+	if gid := statusID(t, status, "Gid"); gid != uid {
+		t.Errorf("gid %d, want the uid %d", gid, uid)
+	}
+	checkContainerID(t, uid, DefaultIDRange)
 	if fds := string(run(t, r, s, f.probe, "fds").Stdout); strings.TrimSpace(fds) != "FDS:0,1,2," {
 		t.Errorf("open fds: %q, want only 0,1,2", fds)
 	}
@@ -152,6 +160,220 @@ func TestIsolationFacts(t *testing.T) {
 	}
 	if out := string(run(t, r, s, f.probe, "connect", "9").Stdout); !strings.Contains(out, "blocked:connect:101:") {
 		t.Errorf("connect to 127.0.0.1 inside: %q, want ENETUNREACH", out)
+	}
+}
+
+// statusID reads the one id that all four fields of a /proc/<pid>/status
+// line (Uid or Gid) must hold.
+func statusID(t *testing.T, status, key string) uint32 {
+	t.Helper()
+	for _, line := range strings.Split(status, "\n") {
+		v, ok := strings.CutPrefix(line, key+":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 4 || f[1] != f[0] || f[2] != f[0] || f[3] != f[0] {
+			t.Fatalf("%s line %q: real, effective, saved and fs ids differ", key, line)
+		}
+		id, err := strconv.ParseUint(f[0], 10, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uint32(id)
+	}
+	t.Fatalf("no %s line in status:\n%s", key, status)
+	return 0
+}
+
+// checkContainerID: id lies in rng and no host account or group has it,
+// by the account files or the user database.
+func checkContainerID(t *testing.T, id uint32, rng IDRange) {
+	t.Helper()
+	if id < rng.First || id > rng.Last || id == 65534 || id == 0 {
+		t.Errorf("container uid %d: want one of %s (never 0 or 65534)", id, rng)
+	}
+	host, err := readHostIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range host.spans {
+		if s.first <= id && id <= s.last {
+			t.Errorf("container uid %d is a host account's (%d-%d)", id, s.first, s.last)
+		}
+	}
+	if owner, err := lookupHostID(id); owner != "" || err != nil {
+		t.Errorf("container uid %d: the user database says %q %v", id, owner, err)
+	}
+}
+
+// TestContainerIdentities: five live containers at once (a pool of 3 and
+// 2 cold) run as five distinct uids of the range, each with the same gid;
+// an id comes back only after its box is destroyed; with every id held,
+// Create fails with the typed error.
+func TestContainerIdentities(t *testing.T) {
+	rng := IDRange{0x7F000000, 0x7F0000FF}
+	r := newRunnerWith(t, Options{IDs: rng})
+	f := newFixture(t)
+	p := NewPool(r, f.spec(t), 3, r.log)
+	defer p.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Ready() < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling the pool's fill, up to the deadline
+	}
+	if p.Ready() != 3 {
+		t.Fatal("pool did not fill")
+	}
+	var boxes []*Box
+	for range 2 {
+		b, err := r.Create(f.spec(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		boxes = append(boxes, b)
+	}
+	for range 3 {
+		b := p.Get()
+		if b == nil {
+			t.Fatal("pool emptied while nothing was taken")
+		}
+		boxes = append(boxes, b)
+	}
+	// All five are alive now: their uids are pairwise distinct, and the
+	// lowest five of the range (lowest free first).
+	seen := map[int]string{}
+	for _, b := range boxes {
+		if other, dup := seen[b.UID()]; dup {
+			t.Fatalf("boxes %s and %s share uid %d", other, b.ID, b.UID())
+		}
+		seen[b.UID()] = b.ID
+		if b.UID() < int(rng.First) || b.UID() > int(rng.First)+4 {
+			t.Errorf("box %s: uid %d, want one of the lowest five of %s", b.ID, b.UID(), rng)
+		}
+	}
+	// What runs inside has that uid and gid, by the kernel's account.
+	for _, b := range boxes {
+		res, err := b.Exec(context.Background(), []string{"cat", "/proc/self/status"}, 1<<16, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		status := string(res.Stdout)
+		if uid, gid := statusID(t, status, "Uid"), statusID(t, status, "Gid"); int(uid) != b.UID() || gid != uid {
+			t.Errorf("box %s (uid %d): inside, uid %d gid %d", b.ID, b.UID(), uid, gid)
+		}
+		checkContainerID(t, uint32(b.UID()), rng)
+	}
+	p.Close()
+	r.Wait()
+
+	// Reuse only after destroy, and exhaustion, in a range of two.
+	small := IDRange{0x7F000100, 0x7F000101}
+	r2 := newRunnerWith(t, Options{IDs: small})
+	a, err := r2.Create(f.spec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r2.Create(f.spec(t))
+	if err != nil {
+		a.Destroy()
+		t.Fatal(err)
+	}
+	if a.UID() != int(small.First) || b.UID() != int(small.Last) {
+		t.Errorf("uids %d and %d, want %d and %d", a.UID(), b.UID(), small.First, small.Last)
+	}
+	c, err := r2.Create(f.spec(t))
+	var ex *IDsExhaustedError
+	if !errors.As(err, &ex) || ex.Range != small || ex.Live != 2 {
+		if c != nil {
+			c.Destroy()
+		}
+		t.Fatalf("third box in a range of two: %v, want *IDsExhaustedError", err)
+	}
+	a.Destroy()
+	c, err = r2.Create(f.spec(t))
+	if err != nil {
+		t.Fatalf("after a destroy: %v", err)
+	}
+	if c.UID() != int(small.First) {
+		t.Errorf("after destroying the box with %d: got %d", small.First, c.UID())
+	}
+	// A box whose command has run is destroyed in the background; its id
+	// is free once that is done.
+	if _, err := b.Exec(context.Background(), []string{"true"}, 1024, nil); err != nil {
+		t.Fatal(err)
+	}
+	r2.Wait()
+	d, err := r2.Create(f.spec(t))
+	if err != nil {
+		t.Fatalf("after an exec's destroy: %v", err)
+	}
+	if d.UID() != int(small.Last) {
+		t.Errorf("got %d, want %d back", d.UID(), small.Last)
+	}
+	c.Destroy()
+	d.Destroy()
+	// One /etc per uid ever used, cached in the run dir until Close.
+	if etcs := etcDirs(t, r2.Dir()); len(etcs) != 2 {
+		t.Errorf("etc dirs after using two uids: %v", etcs)
+	}
+	r2.Close()
+	if etcs := etcDirs(t, r2.Dir()); len(etcs) != 0 {
+		t.Errorf("etc dirs left after Close: %v", etcs)
+	}
+}
+
+// TestRunnerRefusesHostHeldRange: a range that host accounts mostly
+// hold stops the runner at start, with the accounts named.
+func TestRunnerRefusesHostHeldRange(t *testing.T) {
+	testutil.RequireRoot(t)
+	withHostFiles(t, "root:x:0:0::/root:/bin/sh\nci:x:2130710000:2130710000::/:/bin/sh\n", "", "ci:2130710001:7\n")
+	_, err := NewRunnerWith(t.TempDir(), testutil.Helper(t), slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Options{IDs: IDRange{2130710000, 2130710009}})
+	if err == nil || !strings.Contains(err.Error(), "2130710000: user ci") {
+		t.Fatalf("NewRunnerWith over host accounts: %v", err)
+	}
+}
+
+func etcDirs(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if _, ok := etcDirID(e.Name()); ok {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestContainerUser: the container's /etc names its uid and gid, so
+// getpwuid works (id, python's getpass, ssh, git); HOME is /tmp from it; /tmp and
+// /dev/shm are writable and what is made there is the container's.
+func TestContainerUser(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	b, err := r.Create(f.spec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := b.UID()
+	res, err := b.Exec(context.Background(), []string{"sh", "-c", `id -un; id -gn; id -u; id -g; echo "$HOME"
+python3 -c 'import getpass, os, pwd; print(getpass.getuser(), pwd.getpwuid(os.getuid()).pw_dir)'
+touch /tmp/a /dev/shm/b && stat -c %u:%g /tmp/a /dev/shm/b
+echo x >> /etc/passwd || echo etc-ro
+ssh -G example.org | grep '^user '; GIT_COMMITTER_EMAIL=a@b git var GIT_COMMITTER_IDENT | cut -d'<' -f1`}, 1<<16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := strconv.Itoa(uid)
+	want := ContainerUser + "\n" + ContainerUser + "\n" + u + "\n" + u + "\n/tmp\n" +
+		ContainerUser + " /tmp\n" + u + ":" + u + "\n" + u + ":" + u + "\netc-ro\n" +
+		"user " + ContainerUser + "\nsluice sandbox \n"
+	if got := string(res.Stdout); got != want {
+		t.Errorf("inside uid %d:\n%s\nwant:\n%s\nstderr: %s", uid, got, want, res.Stderr)
 	}
 }
 

@@ -30,7 +30,6 @@ import (
 
 // Defaults from DESIGN §7.
 const (
-	DefaultUID      = 65534
 	DefaultPath     = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	helperInside    = "/.sluice/helper"
 	defaultTmpBytes = 64 << 20
@@ -63,20 +62,28 @@ type Spec struct {
 	Env     []string // the whole environment: nothing is inherited
 	Limits  Limits
 	Seccomp *configs.Seccomp
-	UID     int
-	GID     int
+	// No uid or gid: the Runner gives each container its own (see
+	// IDRange), so no Spec can run one as root or as a host account.
 }
 
+// ContainerUser is the name a container's own uid and gid have in its
+// /etc/passwd and /etc/group.
+const ContainerUser = "sluice"
+
 // Runner creates containers. Its run dir holds libcontainer's state
-// (state/), per-container rootfs dirs (rootfs/) and the shared minimal
-// /etc (etc/).
+// (state/), per-container rootfs dirs (rootfs/) and a minimal /etc per
+// container uid (etc-<uid>/, a cache kept until Close).
 type Runner struct {
 	dir    string
 	helper string
-	etc    string
 	log    *slog.Logger
 	seq    atomic.Uint64
 	bg     sync.WaitGroup // background destroys
+
+	ids       *idAlloc
+	etcCommon map[string][]byte // what every /etc copies from the host's
+	etcMu     sync.Mutex
+	etcMade   map[uint32]bool // uids whose etc-<uid> dir exists
 
 	viewsMu sync.Mutex
 	views   []*View
@@ -89,8 +96,23 @@ type Runner struct {
 // ErrNotSupported is returned when this host cannot run sandboxes.
 var ErrNotSupported = errors.New("sandbox not supported on this host")
 
-// NewRunner prepares dir (created 0700) and checks the helper binary.
+// Options tune a Runner. The zero value is the default.
+type Options struct {
+	// IDs is the block of host ids containers run as, one uid (and the
+	// same gid) per live container; zero means DefaultIDRange.
+	IDs IDRange
+}
+
+// NewRunner is NewRunnerWith with the default Options.
 func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
+	return NewRunnerWith(dir, helper, log, Options{})
+}
+
+// NewRunnerWith prepares dir (created 0700), checks the helper binary, and
+// reads the host's account files: an id of the range that a host user or
+// group (or an /etc/subuid or /etc/subgid entry) has is never handed out,
+// and a range mostly taken that way is refused.
+func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: sluiced must run as root to create containers with cgroup limits", ErrNotSupported)
 	}
@@ -98,15 +120,30 @@ func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
 	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("sandbox helper %s: not an executable file (build it with 'make build'): %v", helper, err)
 	}
+	rng := opts.IDs
+	if rng == (IDRange{}) {
+		rng = DefaultIDRange
+	}
+	host, err := readHostIDs()
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir),
+		etcMade: map[uint32]bool{}}
+	if r.ids, err = newIDAlloc(rng, host, r.lookupHostID); err != nil {
+		return nil, err
+	}
+	if n := r.ids.skipped(); n > 0 {
+		log.Warn("container uid range overlaps host accounts; their ids are skipped", "range", rng.String(), "skipped", n)
+	}
 	// libcontainer logs through logrus; keep its chatter out of our logs.
 	logrus.SetLevel(logrus.WarnLevel)
-	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir)}
 	for _, d := range []string{dir, r.stateDir(), r.rootfsDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
-	if err := os.Chmod(r.rootfsDir(), 0o711); err != nil { // uid 65534 must traverse it
+	if err := os.Chmod(r.rootfsDir(), 0o711); err != nil { // the containers' uids must traverse it
 		return nil, err
 	}
 	// The rootfs area is ours: found mounted (a crashed run left it) or
@@ -116,10 +153,23 @@ func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
 	}
 	r.ownsRootfsMount = true
 	os.Chmod(dir, 0o711)
-	if r.etc, err = prepareEtc(filepath.Join(dir, "etc")); err != nil {
+	// /etc dirs of an earlier run may hold an older loader cache: drop
+	// them, and the shared etc/ of earlier versions.
+	if err := r.removeEtcDirs(nil); err != nil {
 		return nil, fmt.Errorf("prepare /etc: %w", err)
 	}
+	r.etcCommon = readEtcCommon()
 	return r, nil
+}
+
+// lookupHostID is the allocator's user-database check, logged when it
+// finds an account the files did not name.
+func (r *Runner) lookupHostID(id uint32) (string, error) {
+	owner, err := lookupHostID(id)
+	if owner != "" {
+		r.log.Warn("container uid belongs to a host account; skipped", "uid", id, "owner", owner)
+	}
+	return owner, err
 }
 
 // scopeOf names a run dir's cgroup subtree, so that runners in different
@@ -132,40 +182,111 @@ func scopeOf(dir string) string {
 func (r *Runner) stateDir() string  { return filepath.Join(r.dir, "state") }
 func (r *Runner) rootfsDir() string { return filepath.Join(r.dir, "rootfs") }
 
-// prepareEtc writes the minimal /etc every container sees, read-only:
-// users, hosts, and the loader cache and name-service config copied from
-// the host (dynamic binaries need ld.so.cache).
-func prepareEtc(dir string) (string, error) {
-	tmp := dir + ".new"
-	os.RemoveAll(tmp)
-	if err := os.MkdirAll(filepath.Join(tmp, "alternatives"), 0o755); err != nil {
-		return "", err
-	}
-	files := map[string]string{
-		"passwd":   "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/tmp:/usr/sbin/nologin\n",
-		"group":    "root:x:0:\nnogroup:x:65534:\n",
-		"hosts":    "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
-		"hostname": "sluice\n",
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
-			return "", err
-		}
+// readEtcCommon reads what every container's /etc copies from the
+// host's: the loader cache (dynamic binaries need ld.so.cache) and the
+// name-service config, time zone and MIME types.
+func readEtcCommon() map[string][]byte {
+	files := map[string][]byte{
+		"hosts":    []byte("127.0.0.1\tlocalhost\n::1\tlocalhost\n"),
+		"hostname": []byte("sluice\n"),
 	}
 	for _, name := range []string{"ld.so.cache", "nsswitch.conf", "localtime", "mime.types"} {
 		if b, err := os.ReadFile(filepath.Join("/etc", name)); err == nil {
-			os.WriteFile(filepath.Join(tmp, name), b, 0o644)
+			files[name] = b
 		}
 	}
-	os.Chmod(tmp, 0o755)
-	old := dir + ".old"
-	os.RemoveAll(old)
-	os.Rename(dir, old)
-	if err := os.Rename(tmp, dir); err != nil {
-		return "", err
+	return files
+}
+
+// etcDirID reports whether name is an /etc dir of the run dir, and whose:
+// etc-<uid>, or the shared etc/ of earlier versions, or a temporary of
+// either. removeEtcDirs removes them.
+func etcDirID(name string) (uint32, bool) {
+	base := strings.TrimSuffix(strings.TrimSuffix(name, ".new"), ".old")
+	if base == "etc" {
+		return 0, true
 	}
-	os.RemoveAll(old)
+	n, ok := strings.CutPrefix(base, "etc-")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(n, 10, 32)
+	return uint32(id), err == nil
+}
+
+// etcFor returns the read-only /etc of the containers that run as uid:
+// RUN_DIR/etc-<uid>, made on first use and kept until Close, so a Create
+// costs no extra mount or write. Its passwd and group name uid as
+// ContainerUser, home /tmp, so getpwuid works (python's getpass, git,
+// ssh) and libcontainer sets HOME=/tmp from it. The caller holds uid, so
+// no one else writes this dir meanwhile.
+func (r *Runner) etcFor(uid uint32) (string, error) {
+	dir := filepath.Join(r.dir, "etc-"+strconv.FormatUint(uint64(uid), 10))
+	r.etcMu.Lock()
+	made := r.etcMade[uid]
+	r.etcMu.Unlock()
+	if made {
+		return dir, nil
+	}
+	if err := writeEtc(dir, uid, r.etcCommon); err != nil {
+		return "", fmt.Errorf("prepare /etc for uid %d: %w", uid, err)
+	}
+	r.etcMu.Lock()
+	r.etcMade[uid] = true
+	r.etcMu.Unlock()
 	return dir, nil
+}
+
+func writeEtc(dir string, uid uint32, common map[string][]byte) error {
+	tmp := dir + ".new"
+	if err := removeTree(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(tmp, "alternatives"), 0o755); err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"passwd": fmt.Appendf(nil, "root:x:0:0:root:/root:/usr/sbin/nologin\n"+
+			"%s:x:%d:%d:sluice sandbox:/tmp:/usr/sbin/nologin\n"+
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", ContainerUser, uid, uid),
+		"group": fmt.Appendf(nil, "root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", ContainerUser, uid),
+	}
+	for name, b := range common {
+		files[name] = b
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(tmp, name), b, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := removeTree(dir); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dir)
+}
+
+// removeEtcDirs removes the run dir's /etc dirs, except those of uids
+// keep reports held.
+func (r *Runner) removeEtcDirs(keep func(uint32) bool) error {
+	ents, err := os.ReadDir(r.dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		id, ok := etcDirID(e.Name())
+		if !ok || !e.IsDir() || (keep != nil && e.Name() != "etc" && keep(id)) {
+			continue
+		}
+		errs = append(errs, removeTree(filepath.Join(r.dir, e.Name())))
+		r.etcMu.Lock()
+		delete(r.etcMade, id)
+		r.etcMu.Unlock()
+	}
+	return errors.Join(errs...)
 }
 
 // Box is one created container whose first process (the helper) waits
@@ -178,6 +299,7 @@ type Box struct {
 	stdout  *os.File
 	stderr  *os.File
 	rootfs  string
+	uid     uint32 // and gid; held from the runner's range until Destroy
 	limits  Limits
 	runner  *Runner
 	cgroups map[string]string // controller -> path, read once at creation
@@ -197,15 +319,26 @@ type Box struct {
 // Create makes a container for spec and starts its helper. The mounts'
 // fds are read by the container's init while Create runs; after it
 // returns the caller may close them.
+//
+// The container runs as the lowest free uid of the runner's range (no
+// live box and no host account has it), its gid the same; with every id
+// held, Create returns an *IDsExhaustedError. The id comes back only once
+// the box is destroyed.
 func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
+	uid, err := r.ids.take()
+	if err != nil {
+		return nil, err
+	}
 	id := fmt.Sprintf("%s-%d", r.prefix, r.seq.Add(1))
 	rootfs := filepath.Join(r.rootfsDir(), id)
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		r.ids.give(uid)
 		return nil, err
 	}
 	// On failure, in this order (defers run last first): the daemon's
 	// premounts are detached, the container is destroyed, the rootfs is
-	// removed. removeTree refuses to cross a mount, so the order matters.
+	// removed, the uid is given back (by Destroy, once a box exists).
+	// removeTree refuses to cross a mount, so the order matters.
 	var b *Box
 	defer func() {
 		if retErr != nil {
@@ -213,8 +346,15 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 				b.Destroy()
 			}
 			removeTree(rootfs)
+			if b == nil {
+				r.ids.give(uid)
+			}
 		}
 	}()
+	etc, err := r.etcFor(uid)
+	if err != nil {
+		return nil, err
+	}
 	if err := mirrorTopLinks(rootfs); err != nil {
 		return nil, err
 	}
@@ -225,11 +365,11 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := libcontainer.Create(r.stateDir(), id, r.config(spec, id, rootfs))
+	c, err := libcontainer.Create(r.stateDir(), id, r.config(spec, id, rootfs, etc))
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	b = &Box{ID: id, c: c, rootfs: rootfs, limits: spec.Limits, runner: r}
+	b = &Box{ID: id, c: c, rootfs: rootfs, uid: uid, limits: spec.Limits, runner: r}
 	var inR, outW, errW *os.File
 	if inR, b.stdin, err = os.Pipe(); err != nil {
 		return nil, err
@@ -248,7 +388,7 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 		cwd = "/"
 	}
 	b.proc = &libcontainer.Process{
-		Args: []string{helperInside}, Env: spec.Env, UID: spec.UID, GID: spec.GID, Cwd: cwd,
+		Args: []string{helperInside}, Env: spec.Env, UID: int(uid), GID: int(uid), Cwd: cwd,
 		Stdin: inR, Stdout: outW, Stderr: errW, Init: true,
 		// numeric, as libcontainer's init parses it (logrus.WarnLevel)
 		LogLevel: strconv.Itoa(int(logrus.WarnLevel)),
@@ -293,7 +433,7 @@ const (
 	roBind = unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 )
 
-func (r *Runner) config(spec *Spec, id, rootfs string) *configs.Config {
+func (r *Runner) config(spec *Spec, id, rootfs, etc string) *configs.Config {
 	mounts := []*configs.Mount{
 		{Source: "proc", Destination: "/proc", Device: "proc", Flags: unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
 		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=64k"},
@@ -306,7 +446,7 @@ func (r *Runner) config(spec *Spec, id, rootfs string) *configs.Config {
 		}
 	}
 	mounts = append(mounts,
-		&configs.Mount{Source: r.etc, Destination: "/etc", Device: "bind", Flags: roBind | unix.MS_NOEXEC})
+		&configs.Mount{Source: etc, Destination: "/etc", Device: "bind", Flags: roBind | unix.MS_NOEXEC})
 	if fi, err := os.Stat("/etc/alternatives"); err == nil && fi.IsDir() {
 		mounts = append(mounts, &configs.Mount{Source: "/etc/alternatives", Destination: "/etc/alternatives", Device: "bind", Flags: roBind})
 	}
@@ -541,10 +681,16 @@ func (r *Runner) release(b *Box) {
 // Wait returns once every box handed to release is destroyed.
 func (r *Runner) Wait() { r.bg.Wait() }
 
+// UID is the host uid the box's processes run as; their gid is the same
+// number. No other live box of its runner has it.
+func (b *Box) UID() int { return int(b.uid) }
+
 // Destroy kills whatever runs in the box and removes its cgroups, state
-// and rootfs. It is safe to call more than once.
+// and rootfs, then gives its uid back to the runner. It is safe to call
+// more than once.
 func (b *Box) Destroy() {
 	b.once.Do(func() {
+		gone := true // nothing can run as b.uid any more
 		if b.c != nil {
 			b.kill()
 			if b.proc != nil {
@@ -556,7 +702,8 @@ func (b *Box) Destroy() {
 				}
 			}
 			if err := b.c.Destroy(); err != nil {
-				b.runner.log.Warn("destroy container", "id", b.ID, "err", err)
+				b.runner.log.Warn("destroy container; its uid stays out of use", "id", b.ID, "uid", b.uid, "err", err)
+				gone = false
 			}
 		}
 		for _, f := range append([]*os.File{b.stdin, b.stdout, b.stderr}, b.nsFiles...) {
@@ -566,6 +713,9 @@ func (b *Box) Destroy() {
 		}
 		if err := removeTree(b.rootfs); err != nil {
 			b.runner.log.Warn("remove rootfs", "id", b.ID, "err", err)
+		}
+		if gone {
+			b.runner.ids.give(b.uid)
 		}
 	})
 }

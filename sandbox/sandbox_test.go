@@ -20,8 +20,13 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 
 func newRunner(t *testing.T) *Runner {
 	t.Helper()
+	return newRunnerWith(t, Options{})
+}
+
+func newRunnerWith(t *testing.T, opts Options) *Runner {
+	t.Helper()
 	testutil.RequireRoot(t)
-	r, err := NewRunner(t.TempDir(), testutil.Helper(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := NewRunnerWith(t.TempDir(), testutil.Helper(t), slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +52,7 @@ func defaultSpec(t *testing.T) *Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Spec{Env: []string{"PATH=" + DefaultPath}, UID: DefaultUID, GID: DefaultUID, Seccomp: sc,
+	return &Spec{Env: []string{"PATH=" + DefaultPath}, Seccomp: sc,
 		Limits: Limits{MemoryBytes: 256 << 20, Pids: 64, Timeout: 10 * time.Second}}
 }
 

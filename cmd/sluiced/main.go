@@ -28,8 +28,8 @@ func main() {
 		fmt.Fprintf(fs.Output(), `sluiced — authorizes AI agents' tool calls, runs them contained, audits them.
 
 Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--run-dir DIR]
-               [--helper PATH] [--max-containers N] [--queue-timeout D]
-               [--max-conns-per-uid N] [--log-level LEVEL]
+               [--helper PATH] [--uid-range START-END] [--max-containers N]
+               [--queue-timeout D] [--max-conns-per-uid N] [--log-level LEVEL]
 
 Serves HTTP/1.1 on a unix socket; the caller's identity is the socket's peer
 credentials. SIGHUP reloads the manifest (an invalid one is refused and the
@@ -49,11 +49,13 @@ Flags:
 	fs.StringVar(&cfg.Manifest, "manifest", "", "manifest file (JSON, schema_version 1); required")
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket to listen on")
 	fs.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "state directory; the audit ledger is STATE_DIR/audit.jsonl")
-	fs.StringVar(&cfg.RunDir, "run-dir", daemon.DefaultRunDir, "sandbox run directory: container state, rootfs dirs, the shared /etc")
+	fs.StringVar(&cfg.RunDir, "run-dir", daemon.DefaultRunDir, "sandbox run directory: container state, rootfs dirs, a minimal /etc per container uid")
 	fs.StringVar(&cfg.Helper, "helper", "", "sluice-helper binary for execute tools (default: beside sluiced)")
 	fs.IntVar(&cfg.MaxContainers, "max-containers", daemon.DefaultMaxContainers(), "containers running commands at once; 4 per CPU by default")
 	fs.DurationVar(&cfg.QueueTimeout, "queue-timeout", daemon.DefaultQueueTimeout, "how long an execute call over --max-containers waits before it ends busy")
 	fs.IntVar(&cfg.MaxConnsPerUID, "max-conns-per-uid", daemon.DefaultMaxConnsPerUID, "open connections one peer uid may hold")
+	cfg.UIDRange = sandbox.DefaultIDRange
+	fs.Var(&cfg.UIDRange, "uid-range", "containers run as host uids (gid = uid) from `START-END`, inclusive, decimal or 0x hex: one per live container, never a host account's")
 	level := fs.String("log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
 	fs.Parse(os.Args[1:])
 	if cfg.Manifest == "" || fs.NArg() > 0 {

@@ -39,6 +39,7 @@ const (
 	ReasonTimeout             = "timeout"
 	ReasonLimitExceeded       = "limit_exceeded"
 	ReasonBusy                = "busy" // no container slot within the queue wait; nothing ran
+	ReasonShutdown            = "shutdown" // sluiced stopped before the call finished
 	ReasonInternalError       = "internal_error"
 	// ReasonUnavailable is what an opaque manifest (deny_detail "opaque")
 	// shows a denied caller instead of the real reason.
@@ -52,7 +53,7 @@ var Reasons = []string{
 	ReasonNotAFile, ReasonNotADirectory, ReasonUnsupportedFileType,
 	ReasonCommandNotAllowed, ReasonApprovalRequired, ReasonApprovalDenied,
 	ReasonApprovalExpired, ReasonTaskCancelled, ReasonPreconditionFailed,
-	ReasonAuditUnavailable, ReasonTimeout, ReasonLimitExceeded, ReasonBusy,
+	ReasonAuditUnavailable, ReasonTimeout, ReasonLimitExceeded, ReasonBusy, ReasonShutdown,
 	ReasonInternalError,
 }
 
@@ -84,7 +85,15 @@ type WriteArgs struct {
 	Path       *string `json:"path"`
 	Content    *string `json:"content,omitempty"`
 	ContentB64 *string `json:"content_b64,omitempty"`
-	IfMatch    string  `json:"if_match,omitempty"`
+	// Mode is create, overwrite or create_or_overwrite (the default).
+	Mode    string `json:"mode,omitempty"`
+	IfMatch string `json:"if_match,omitempty"`
+}
+
+// DeleteArgs are the args of delete tools.
+type DeleteArgs struct {
+	Path    *string `json:"path"`
+	IfMatch string  `json:"if_match,omitempty"`
 }
 
 // ExecArgs are the args of execute tools.
@@ -109,6 +118,9 @@ type CallResult struct {
 	PolicyVersion string  `json:"policy_version,omitempty"`
 	DurationMS    float64 `json:"duration_ms"`
 	ApprovalID    string  `json:"approval_id,omitempty"`
+	// SHA256 is a write's new content digest (chain it as the next
+	// if_match), or what a delete removed.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // OpaqueDenial is what a caller sees of a denial under deny_detail "opaque".

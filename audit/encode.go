@@ -36,6 +36,7 @@ func appendRecord(b []byte, rec *Record) []byte {
 		key(k)
 		b = append(b, v...)
 	}
+	str("approval_id", rec.ApprovalID, true)
 	raw("args", rec.Args)
 	str("call_id", rec.CallID, true)
 	str("detail", rec.Detail, true)
@@ -70,6 +71,14 @@ func appendRecord(b []byte, rec *Record) []byte {
 		}
 		b = append(b, `,"ok":`...)
 		b = strconv.AppendBool(b, r.OK)
+		if r.SHA256 != "" {
+			b = append(b, `,"sha256":`...)
+			b = appendString(b, r.SHA256)
+		}
+		if r.Size != 0 {
+			b = append(b, `,"size":`...)
+			b = strconv.AppendInt(b, r.Size, 10)
+		}
 		b = append(b, `,"truncated":`...)
 		b = strconv.AppendBool(b, r.Truncated)
 		b = append(b, '}')

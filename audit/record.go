@@ -23,6 +23,7 @@ const (
 // is always the last member, so the line minus that member is the exact
 // byte string the hash covers.
 type Record struct {
+	ApprovalID    string          `json:"approval_id,omitempty"`
 	Args          json.RawMessage `json:"args,omitempty"`
 	CallID        string          `json:"call_id,omitempty"`
 	Detail        string          `json:"detail,omitempty"`
@@ -59,7 +60,10 @@ type Result struct {
 	DurationMS float64 `json:"duration_ms"`
 	ExitCode   *int    `json:"exit_code,omitempty"`
 	OK         bool    `json:"ok"`
-	Truncated  bool    `json:"truncated"`
+	// SHA256 and Size describe the file a write left or a delete removed.
+	SHA256    string `json:"sha256,omitempty"`
+	Size      int64  `json:"size,omitempty"`
+	Truncated bool   `json:"truncated"`
 }
 
 // Genesis is the prev of the first record.

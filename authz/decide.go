@@ -205,16 +205,22 @@ const (
 	KindSocket  = "socket"
 	KindDevice  = "device"
 	KindOther   = "other"
+	// KindAbsent: a write or delete's final name does not exist (its
+	// parent does).
+	KindAbsent = "absent"
 )
 
 // Resource is what the resolver found for a path under one root. It is
 // recorded in the audit so that replay can re-decide without the filesystem.
 type Resource struct {
-	Root    int    `json:"root"`
-	Outcome string `json:"outcome"`
-	Path    string `json:"path,omitempty"` // absolute, as the kernel names the opened fd
-	Rel     string `json:"rel,omitempty"`  // resolved path relative to the root
-	Kind    string `json:"kind,omitempty"`
+	Root int `json:"root"`
+	// RootPath is the root as the manifest writes it: replay matches a
+	// recorded resolution to a root of another manifest by it.
+	RootPath string `json:"root_path,omitempty"`
+	Outcome  string `json:"outcome"`
+	Path     string `json:"path,omitempty"` // absolute, as the kernel names the opened fd
+	Rel      string `json:"rel,omitempty"`  // resolved path relative to the root
+	Kind     string `json:"kind,omitempty"`
 }
 
 // Request is an already-parsed, already-resolved call.
@@ -228,6 +234,10 @@ type Request struct {
 	// ArgsError is set when the args fit the schema's types but not its
 	// rules (a required key missing, both content forms given).
 	ArgsError string
+	// Mode is a write's mode (create, overwrite, create_or_overwrite).
+	Mode string
+	// ContentBytes is a write's content length, capped by max_bytes.
+	ContentBytes int64
 	// Resolved holds one outcome per RootMatch of Path, in the same order.
 	Resolved []Resource
 }
@@ -280,7 +290,15 @@ func Decide(m *Manifest, req *Request) Decision {
 	}
 	var d Decision
 	switch t.Operation {
-	case api.OpRead, api.OpList, api.OpWrite:
+	case api.OpWrite:
+		if !t.AllowsWriteMode(req.Mode) {
+			return deny(api.ReasonInvalidArgs, tkey+".mode")
+		}
+		if req.ContentBytes > t.EffectiveMaxBytes() {
+			return deny(api.ReasonLimitExceeded, tkey+".max_bytes")
+		}
+		d = decidePath(t, ix, req)
+	case api.OpRead, api.OpList, api.OpDelete:
 		d = decidePath(t, ix, req)
 	case api.OpExecute:
 		d = decideExec(t, ix, req)
@@ -403,9 +421,22 @@ func kindCheck(op, kind, rootKey string) Decision {
 		}
 		return deny(api.ReasonNotADirectory, rootKey)
 	case api.OpWrite:
+		// The final component is looked at, not followed: a symlink
+		// there is refused and what it points to stays untouched.
 		switch kind {
-		case KindFile, "": // "" = does not exist yet, to be created
+		case KindFile, KindAbsent:
 			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: rootKey}
+		case KindDir:
+			return deny(api.ReasonNotAFile, rootKey)
+		}
+		return deny(api.ReasonUnsupportedFileType, rootKey)
+	case api.OpDelete:
+		// A symlink itself may be removed; it is never followed.
+		switch kind {
+		case KindFile, KindSymlink:
+			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: rootKey}
+		case KindAbsent:
+			return deny(api.ReasonNotFound, rootKey)
 		case KindDir:
 			return deny(api.ReasonNotAFile, rootKey)
 		}

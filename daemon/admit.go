@@ -126,8 +126,8 @@ func (c *call) waitSlot() *outcome {
 			"max_containers", c.d.cfg.MaxContainers, "queue_timeout", c.d.cfg.QueueTimeout.String())
 		return &outcome{reason: api.ReasonBusy}
 	default:
-		// The caller went away while queued; nothing is returned anyway
-		// (as in runExec when it goes away while its command runs).
-		return &outcome{reason: api.ReasonInternalError}
+		// Ended while queued: the client went away, its task was
+		// cancelled, or sluiced is shutting down.
+		return &outcome{reason: c.endReason()}
 	}
 }

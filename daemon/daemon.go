@@ -42,6 +42,11 @@ type Config struct {
 	// waits, in FIFO order, for a slot before it ends busy (default 10 s).
 	// The wait is not counted in the command's timeout_ms.
 	QueueTimeout time.Duration
+	// ShutdownGrace is how long SIGTERM waits for calls in flight before
+	// it ends them with reason shutdown (default 10 s).
+	ShutdownGrace time.Duration
+	// TaskTTL is how long a cancelled task stays cancelled (default 1 h).
+	TaskTTL time.Duration
 	// ReadTimeout bounds reading one request, headers and body, so a
 	// client that dribbles bytes cannot pin a connection (default 10 s).
 	ReadTimeout time.Duration
@@ -63,6 +68,12 @@ type Config struct {
 	// Ready, if set, is called once the socket is listening.
 	Ready func()
 }
+
+// Lifecycle defaults.
+const (
+	DefaultShutdownGrace = 10 * time.Second
+	DefaultTaskTTL       = time.Hour
+)
 
 // DefaultStateDir is where the audit ledger lives by default.
 const DefaultStateDir = "/var/lib/sluice"
@@ -118,6 +129,12 @@ func (c *Config) setDefaults() {
 	if c.QueueTimeout <= 0 {
 		c.QueueTimeout = DefaultQueueTimeout
 	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.TaskTTL <= 0 {
+		c.TaskTTL = DefaultTaskTTL
+	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 10 * time.Second
 	}
@@ -141,14 +158,19 @@ type Daemon struct {
 	reloadMu sync.Mutex
 
 	slots *admission // containers running calls
+	calls *registry  // calls in flight, by id and task
+	// stopCalls ends every call's context with errShutdown.
+	stopCalls context.CancelCauseFunc
 }
 
 // Run starts sluiced and serves until ctx is done, then shuts down
-// gracefully: no new connections, in-flight calls finish (up to 10 s), the
-// ledger is synced and closed, the socket removed.
+// gracefully (see shutdown).
 func Run(ctx context.Context, cfg Config) error {
 	cfg.setDefaults()
 	d := &Daemon{cfg: cfg, log: cfg.Logger, slots: newAdmission(cfg.MaxContainers)}
+	base, stopCalls := context.WithCancelCause(context.Background())
+	defer stopCalls(nil)
+	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}
@@ -215,17 +237,45 @@ func Run(ctx context.Context, cfg Config) error {
 			st := ledger.Stats()
 			_, evicted, refused := conns.stats()
 			d.log.Info("shutting down", "audit_records", st.Records, "audit_syncs", st.Syncs,
-				"conns_evicted", evicted, "conns_refused", refused)
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := srv.Shutdown(sctx)
-			cancel()
-			if err != nil {
-				srv.Close()
-			}
+				"conns_evicted", evicted, "conns_refused", refused, "calls_in_flight", d.calls.inFlight())
+			d.shutdown(srv)
 			d.closePolicy()
 			return nil
 		}
 	}
+}
+
+// shutdown stops accepting at once, lets calls in flight finish for up to
+// the grace, then ends the rest with cause errShutdown: their commands are
+// killed and each gets a result (event and ledger record) with reason
+// shutdown. Only after every handler has returned does Run close the
+// ledger. The whole stop takes at most grace + 2 s.
+func (d *Daemon) shutdown(srv *http.Server) {
+	served := make(chan struct{})
+	go func() {
+		// Closes the listener now; returns once every connection is idle.
+		sctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownGrace+2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		close(served)
+	}()
+	gctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownGrace)
+	drained := d.calls.wait(gctx)
+	cancel()
+	if !drained {
+		d.log.Warn("shutdown grace over; ending calls still in flight", "calls", d.calls.inFlight(), "grace", d.cfg.ShutdownGrace.String())
+		d.stopCalls(errShutdown)
+		wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if !d.calls.wait(wctx) {
+			d.log.Error("calls did not end within 2 s of being told to", "calls", d.calls.inFlight())
+		}
+		cancel()
+	}
+	select {
+	case <-served:
+	case <-time.After(2 * time.Second):
+	}
+	srv.Close()
 }
 
 // getRunner makes the sandbox runner on first need, sweeping what a crash

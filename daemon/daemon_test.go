@@ -585,8 +585,8 @@ func FuzzCallBody(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		c := &call{p: p}
-		if err := c.parse(body); err != nil {
+		c, err := decodeCall(p.m, body)
+		if err != nil {
 			return
 		}
 		if c.req.Tool == "" || (c.tool != nil && c.argsRecord == nil) {

@@ -261,7 +261,7 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	case res.TimedOut:
 		o.reason = api.ReasonTimeout
 	case errors.Is(err, context.Canceled):
-		o.reason = api.ReasonInternalError // the caller went away; nothing is returned anyway
+		o.reason = c.endReason() // task_cancelled, shutdown, or the client went away
 	default:
 		o.reason = api.ReasonAllowed
 		o.ok = code == 0

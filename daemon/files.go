@@ -12,9 +12,34 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
+
+// execRead and execList act on the handle resolved for the call, never
+// on its path.
+func execRead(c *call, _ func(string, []byte)) *outcome { return c.fileTool(readCapped) }
+func execList(c *call, _ func(string, []byte)) *outcome { return c.fileTool(listOf(c)) }
+
+func listOf(c *call) func(*securefs.Handle, int64) ([]byte, bool, error) {
+	return func(h *securefs.Handle, max int64) ([]byte, bool, error) {
+		return listDir(h, c.tool, c.dec.Resource.Rel, max)
+	}
+}
+
+func (c *call) fileTool(f func(*securefs.Handle, int64) ([]byte, bool, error)) *outcome {
+	h := c.handles[c.dec.Resource.Root]
+	if h == nil {
+		return &outcome{reason: api.ReasonInternalError}
+	}
+	data, trunc, err := f(h, c.tool.EffectiveMaxBytes())
+	if err != nil {
+		c.d.log.Error("file tool failed", "err", err, "call_id", c.id)
+		return &outcome{reason: api.ReasonInternalError}
+	}
+	return &outcome{ok: true, reason: api.ReasonAllowed, output: data, truncated: trunc}
+}
 
 // maxListScan bounds how many directory entries one list call reads.
 const maxListScan = 100_000

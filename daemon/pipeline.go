@@ -1,0 +1,224 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/securefs"
+)
+
+// call is one request on its way through the pipeline. It is owned by the
+// daemon (see registry), not by its HTTP handler: approvals, task cancels
+// and shutdown find it by id or task and end it with their own cause.
+type call struct {
+	*decoded
+	d     *Daemon
+	p     *policy
+	ctx   context.Context // ends with a cause: errClientGone, errTaskCancelled, errShutdown
+	stop  context.CancelCauseFunc
+	peer  Peer
+	start time.Time
+	id    string
+	gen   uint64 // the task's generation when the call was decided
+
+	handles map[int]*securefs.Handle // by root index, for resolved paths
+	parents map[int]*parentRef       // by root index, for write and delete
+	dec     authz.Decision
+}
+
+// Causes a call's context ends with; each becomes its reason.
+var (
+	errClientGone    = errors.New("the client went away")
+	errTaskCancelled = errors.New("the call's task was cancelled")
+	errShutdown      = errors.New("sluiced is shutting down")
+)
+
+// endReason maps why a call's context ended to its stable reason.
+func (c *call) endReason() string {
+	switch context.Cause(c.ctx) {
+	case errTaskCancelled:
+		return api.ReasonTaskCancelled
+	case errShutdown:
+		return api.ReasonShutdown
+	}
+	return api.ReasonInternalError // the client went away: nobody to tell
+}
+
+func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
+	start := time.Now()
+	body, status, err := readBody(w, r, d.cfg.MaxBodyBytes)
+	if err != nil {
+		code := api.ErrBadRequest
+		if status == http.StatusRequestEntityTooLarge {
+			code = api.ErrTooLarge
+		}
+		writeError(w, status, code, err.Error())
+		return
+	}
+	// The body is in: lift the read deadline so that net/http's background
+	// read cannot cancel a long call, and bound the time to write instead.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+
+	p := d.acquire()
+	defer p.release()
+	dc, err := decodeCall(p.m, body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, api.ErrBadRequest, err.Error())
+		return
+	}
+	c := d.calls.begin(d, p, peer, dc, start)
+	defer d.calls.end(c)
+	// The handler only attaches: a client that goes away ends the call
+	// with that cause, as a cancel or shutdown would with theirs.
+	detach := context.AfterFunc(r.Context(), func() { c.stop(errClientGone) })
+	defer detach()
+	var em emitter = &bufferedEmitter{w: w, rc: rc, timeout: d.cfg.WriteTimeout, c: c}
+	if dc.req.Stream {
+		em = &streamEmitter{w: w, rc: rc, timeout: d.cfg.WriteTimeout, c: c}
+	}
+	c.pipeline(em)
+}
+
+// pipeline is DESIGN §1 steps 2-10 for buffered and streamed calls alike.
+//
+// Durability: the decision is appended before anything runs. For
+// operations with effects (write, delete, execute) it is made durable
+// before the effect starts. Nothing leaves the daemon before the records
+// that explain it are durable, except the output events of a streamed
+// command, which follow its durable decision.
+func (c *call) pipeline(em emitter) {
+	c.areq.Principal, _ = c.p.m.Identify(c.peer.UID, c.peer.GID)
+	c.resolve()
+	c.dec = authz.Decide(c.p.m, &c.areq)
+	c.checkTask()
+	if c.dec.Pending && !c.awaitApproval(em) {
+		return
+	}
+	seq, err := c.auditDecision()
+	if err != nil {
+		c.failClosed()
+		c.finishDenied(em, 0)
+		return
+	}
+	if !c.dec.Allow {
+		c.finishDenied(em, seq)
+		return
+	}
+	streaming := c.op.streams && em.streams()
+	if c.op.effects || streaming {
+		if err := c.d.ledger.Sync(seq); err != nil {
+			c.failClosed()
+			c.finishDenied(em, 0)
+			return
+		}
+	}
+	var onChunk func(string, []byte)
+	if streaming {
+		em.decision(c.decisionEvent())
+		onChunk = em.output
+	}
+	o := c.op.exec(c, onChunk)
+	c.closeHandles()
+	rseq, err := c.auditResult(o)
+	if err == nil {
+		err = c.d.ledger.Sync(rseq)
+	}
+	if err != nil {
+		// The decision is durable or nothing is; the output stays here.
+		_ = c.d.ledger.Sync(seq)
+		o = &outcome{reason: api.ReasonAuditUnavailable}
+	}
+	if !streaming {
+		em.decision(c.decisionEvent())
+		if len(o.output) > 0 && o.reason != api.ReasonAuditUnavailable {
+			em.output("stdout", o.output)
+		}
+	}
+	em.result(c.present(o))
+}
+
+// finishDenied makes a denial durable and tells the caller. seq 0: there
+// is no record to sync (the ledger failed).
+func (c *call) finishDenied(em emitter, seq uint64) {
+	if seq != 0 {
+		if err := c.d.ledger.Sync(seq); err != nil {
+			c.failClosed()
+		}
+	}
+	em.decision(c.decisionEvent())
+	em.result(c.present(nil))
+}
+
+func (c *call) failClosed() {
+	c.dec = authz.Decision{Reason: api.ReasonAuditUnavailable}
+}
+
+// outcome is what executing an allowed call produced.
+type outcome struct {
+	ok        bool
+	reason    string
+	output    []byte
+	stderr    []byte
+	truncated bool
+	exitCode  *int
+	// sha256 and size of what a write left or a delete removed.
+	digest string
+	size   int64
+}
+
+func (c *call) principalRecord() *audit.Principal {
+	return &audit.Principal{Name: c.areq.Principal, UID: c.peer.UID, GID: c.peer.GID, PID: c.peer.PID}
+}
+
+// auditDecision appends the decision record (not yet synced). A call whose
+// decision cannot be written is denied: audit_unavailable.
+func (c *call) auditDecision() (uint64, error) {
+	rec := &audit.Record{
+		Kind: audit.KindDecision, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
+		Tool: c.req.Tool, Args: c.argsRecord, Verdict: c.dec.Verdict(), Reason: c.dec.Reason,
+		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version,
+	}
+	if c.tool != nil {
+		rec.Operation = c.tool.Operation
+	}
+	if c.dec.Resource != nil {
+		rec.Resource = c.dec.Resource.Path
+	}
+	if len(c.areq.Resolved) > 0 {
+		rec.Resolved = mustJSON(c.areq.Resolved)
+	}
+	seq, err := c.d.ledger.Append(rec)
+	if err != nil {
+		c.d.log.Error("audit decision failed; denying", "err", err, "call_id", c.id)
+	}
+	return seq, err
+}
+
+func (c *call) auditResult(o *outcome) (uint64, error) {
+	rec := &audit.Record{
+		Kind: audit.KindResult, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
+		Tool: c.req.Tool, Verdict: c.dec.Verdict(), Reason: o.reason, PolicyVersion: c.p.m.Version,
+		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated,
+			DurationMS: c.elapsedMS(), ExitCode: o.exitCode, SHA256: o.digest, Size: o.size},
+	}
+	if c.dec.Resource != nil {
+		rec.Resource = c.dec.Resource.Path
+	}
+	seq, err := c.d.ledger.Append(rec)
+	if err != nil {
+		c.d.log.Error("audit result failed; withholding output", "err", err, "call_id", c.id)
+	}
+	return seq, err
+}
+
+func (c *call) elapsedMS() float64 {
+	ms := float64(time.Since(c.start).Nanoseconds()) / 1e6
+	return math.Round(ms*1000) / 1000
+}

@@ -1,0 +1,140 @@
+package daemon
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/api"
+)
+
+// opaque says whether the caller may see only that it was denied
+// (deny_detail "opaque"). It is the one place that decides it; present and
+// decisionEvent both ask it.
+func (c *call) opaque() bool {
+	return !c.dec.Allow && !c.dec.Pending && c.p.m.DenyDetail == "opaque"
+}
+
+// present renders the call's result for the wire, output included.
+func (c *call) present(o *outcome) api.CallResult {
+	if c.opaque() {
+		return api.CallResult{CallID: c.id, Verdict: api.VerdictDeny, Reason: api.ReasonUnavailable}
+	}
+	res := api.CallResult{
+		CallID: c.id, Verdict: c.dec.Verdict(), Reason: c.dec.Reason,
+		PolicyVersion: c.p.m.Version, DurationMS: c.elapsedMS(),
+	}
+	if c.dec.Resource != nil && c.dec.Resource.Path != "" && c.dec.Reason != api.ReasonOutsideRoots {
+		res.Resource = c.dec.Resource.Path
+	}
+	if o != nil {
+		res.OK, res.Reason, res.Truncated, res.ExitCode = o.ok, o.reason, o.truncated, o.exitCode
+		res.SHA256 = o.digest
+		res.Bytes = int64(len(o.output))
+		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil) {
+			setOutput(&res, o.output)
+			res.Stderr = validStderr(o.stderr)
+		}
+	}
+	return res
+}
+
+// decisionEvent is the first line of a streamed call.
+func (c *call) decisionEvent() api.DecisionEvent {
+	ev := api.DecisionEvent{Event: api.EventDecision, CallID: c.id, Verdict: c.dec.Verdict(), Reason: c.dec.Reason}
+	if c.opaque() {
+		ev.Reason = api.ReasonUnavailable
+	}
+	return ev
+}
+
+// wire is what goes on the wire for res: an opaque denial shows nothing
+// but that it was denied.
+func (c *call) wire(res api.CallResult) any {
+	if c.opaque() {
+		return api.OpaqueDenial{CallID: res.CallID, Verdict: res.Verdict, Reason: res.Reason}
+	}
+	return res
+}
+
+func setOutput(res *api.CallResult, b []byte) {
+	if utf8.Valid(b) {
+		s := string(b)
+		res.Output = &s
+		return
+	}
+	res.OutputB64 = base64.StdEncoding.EncodeToString(b)
+}
+
+// emitter is how a call's events leave the daemon: collected into one
+// JSON response, or written as NDJSON as they happen.
+type emitter interface {
+	streams() bool
+	decision(ev api.DecisionEvent)
+	output(stream string, data []byte)
+	result(res api.CallResult)
+}
+
+// bufferedEmitter sends one JSON body: the result, output included.
+type bufferedEmitter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	c       *call
+}
+
+func (e *bufferedEmitter) streams() bool                  { return false }
+func (e *bufferedEmitter) decision(api.DecisionEvent)     {}
+func (e *bufferedEmitter) output(stream string, b []byte) {}
+func (e *bufferedEmitter) result(res api.CallResult) {
+	// The bound on writing starts once the call has run: a command may
+	// rightly take up to its timeout_ms before there is anything to write.
+	_ = e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
+	writeJSON(e.w, http.StatusOK, e.c.wire(res))
+}
+
+// streamEmitter writes application/x-ndjson, one event per line.
+type streamEmitter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	c       *call
+	enc     *json.Encoder
+}
+
+func (e *streamEmitter) streams() bool { return true }
+
+func (e *streamEmitter) send(v any) {
+	if e.enc == nil {
+		e.w.Header().Set("Content-Type", "application/x-ndjson")
+		e.w.WriteHeader(http.StatusOK)
+		e.enc = json.NewEncoder(e.w)
+		e.enc.SetEscapeHTML(false)
+	}
+	_ = e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
+	_ = e.enc.Encode(v)
+	_ = e.rc.Flush()
+}
+
+func (e *streamEmitter) decision(ev api.DecisionEvent) { e.send(ev) }
+
+func (e *streamEmitter) output(stream string, data []byte) {
+	ev := api.OutputEvent{Event: api.EventOutput, Stream: stream}
+	if utf8.Valid(data) {
+		ev.Data = string(data)
+	} else {
+		ev.DataB64 = base64.StdEncoding.EncodeToString(data)
+	}
+	e.send(ev)
+}
+
+func (e *streamEmitter) result(res api.CallResult) {
+	if e.c.opaque() {
+		e.send(api.ResultEvent{Event: api.EventResult, CallResult: api.CallResult{CallID: res.CallID, Verdict: res.Verdict, Reason: res.Reason}})
+		return
+	}
+	res.Output, res.OutputB64 = nil, ""
+	e.send(api.ResultEvent{Event: api.EventResult, CallResult: res})
+}

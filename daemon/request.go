@@ -1,0 +1,186 @@
+package daemon
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/strictjson"
+)
+
+const (
+	maxToolName   = 128
+	maxTaskID     = 128
+	maxArgsRecord = 8 << 10 // larger args are recorded by digest
+)
+
+// badRequest is an error the caller caused and is told about (400).
+type badRequest struct{ msg string }
+
+func (e *badRequest) Error() string { return e.msg }
+
+func badf(format string, a ...any) error { return &badRequest{fmt.Sprintf(format, a...)} }
+
+// decoded is a request after DESIGN §1 step 1: the envelope and the args,
+// decoded strictly against the tool's operation. Nothing here touched the
+// filesystem or the clock: decodeCall is pure, so replay decodes a
+// recorded request exactly as the daemon did.
+type decoded struct {
+	req        api.CallRequest
+	tool       *authz.Tool // nil for an unknown tool
+	op         *opSpec     // nil for an unknown tool
+	areq       authz.Request
+	argsRecord json.RawMessage
+
+	// Typed args of the operations that need more than areq carries.
+	content []byte // write: the body
+	ifMatch string // write, delete
+}
+
+// decodeCall parses a /v1/calls body under manifest m. Type errors and
+// unknown fields are 400s; args of the right types that break a rule (a
+// missing path) become areq.ArgsError, decided as invalid_args.
+func decodeCall(m *authz.Manifest, body []byte) (*decoded, error) {
+	var raw struct {
+		Tool   *string         `json:"tool"`
+		Args   json.RawMessage `json:"args"`
+		Task   *string         `json:"task"`
+		Stream *bool           `json:"stream"`
+	}
+	if err := strictDecode(body, &raw); err != nil {
+		return nil, describeJSONError("", err)
+	}
+	if raw.Tool == nil || *raw.Tool == "" {
+		return nil, badf("tool: required")
+	}
+	if len(*raw.Tool) > maxToolName {
+		return nil, badf("tool: longer than %d bytes", maxToolName)
+	}
+	dc := &decoded{}
+	dc.req.Tool, dc.req.Args = *raw.Tool, raw.Args
+	if raw.Task != nil {
+		if len(*raw.Task) > maxTaskID || strings.ContainsFunc(*raw.Task, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return nil, badf("task: at most %d bytes, no control characters", maxTaskID)
+		}
+		dc.req.Task = *raw.Task
+	}
+	dc.req.Stream = raw.Stream != nil && *raw.Stream
+	dc.areq.Tool = dc.req.Tool
+
+	args := raw.Args
+	if len(args) == 0 || string(args) == "null" {
+		args = []byte("{}")
+	}
+	t, ok := m.Tools[dc.req.Tool]
+	if !ok {
+		// No schema to check against: the decision is unknown_tool. Record
+		// what was asked, by digest when it is large.
+		dc.argsRecord = recordArgs(args)
+		return dc, nil
+	}
+	dc.tool = t
+	dc.op = operations[t.Operation]
+	if dc.op == nil {
+		dc.argsRecord = recordArgs(args)
+		return dc, nil // authz denies an operation it does not know
+	}
+	if err := dc.op.decode(args, dc); err != nil {
+		return nil, err
+	}
+	return dc, nil
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int, error) {
+	if r.ContentLength > limit {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body of %d bytes exceeds the limit of %d", r.ContentLength, limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("body exceeds the limit of %d bytes", limit)
+		}
+		return nil, http.StatusBadRequest, fmt.Errorf("read body: %v", err)
+	}
+	return body, 0, nil
+}
+
+// strictDecode decodes exactly one JSON value into v: no unknown fields,
+// no trailing data, keys exact (case-sensitive) and not repeated.
+func strictDecode(data []byte, v any) error { return strictjson.Decode(data, v) }
+
+func describeJSONError(where string, err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	var ke *strictjson.KeyError
+	switch {
+	case errors.As(err, &ke):
+		if where != "" {
+			return badf("%s.%s", where, ke.Error())
+		}
+		return badf("%s", ke.Error())
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = where
+		} else if where != "" {
+			field = where + "." + field
+		}
+		return badf("%s: expected %s, got JSON %s", field, te.Type, te.Value)
+	case errors.As(err, &se):
+		return badf("malformed JSON at byte %d: %v", se.Offset, err)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		f := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		if where != "" {
+			return badf("%s: unknown field %s", where, f)
+		}
+		return badf("unknown field %s", f)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return badf("malformed JSON: unexpected end of input")
+	}
+	return badf("malformed JSON: %v", err)
+}
+
+func isSHA256(s string) bool {
+	h, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(h) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
+}
+
+func sha256Of(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own plain structs come here
+	}
+	return b
+}
+
+// recordArgs returns args for the ledger: as given (compacted) when small,
+// else by digest, so one call cannot bloat the ledger.
+func recordArgs(args []byte) json.RawMessage {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, args); err == nil && buf.Len() <= maxArgsRecord {
+		return buf.Bytes()
+	}
+	return mustJSON(map[string]any{"elided": true, "sha256": sha256Of(args), "bytes": len(args)})
+}
+
+// decodeB64 decodes content_b64.
+func decodeB64(s string) ([]byte, error) { return base64.StdEncoding.DecodeString(s) }

@@ -38,7 +38,7 @@ const (
 	ReasonAuditUnavailable    = "audit_unavailable"
 	ReasonTimeout             = "timeout"
 	ReasonLimitExceeded       = "limit_exceeded"
-	ReasonBusy                = "busy" // no container slot within the queue wait; nothing ran
+	ReasonBusy                = "busy"     // no container slot within the queue wait; nothing ran
 	ReasonShutdown            = "shutdown" // sluiced stopped before the call finished
 	ReasonInternalError       = "internal_error"
 	// ReasonUnavailable is what an opaque manifest (deny_detail "opaque")

@@ -2,6 +2,11 @@
 # Execute latency and throughput: direct, bwrap, runc, sluice pooled and
 # cold, one run, ratios printed. Installs bubblewrap and runc with apt when
 # missing. Needs root and bin/ (make build).
+#
+# --bin-old DIR also runs a second sluiced (an older build, e.g. the one
+# that bind-mounted mounts: cd ../old && make build, DIR=../old/bin) beside
+# bin/sluiced and compares the FUSE view with those binds row by row,
+# interleaved; --views runs only that comparison (--view-n samples a row).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"

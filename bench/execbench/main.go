@@ -7,7 +7,14 @@
 // ~40 ms apart so the pool is refilled; throughput is back to back with 8
 // concurrent clients.
 //
-//	execbench --bin bin [--n 150] [--seconds 5]
+// With --bin-old DIR it also starts a second sluiced (the previous build,
+// which bind-mounted the workspace and masked never-listed paths at
+// container creation) beside the one in --bin (which serves mounts
+// through a FUSE view), both on the same manifest and workspace, and
+// compares them row by row, interleaved sample by sample (see views.go).
+// --views runs only that comparison.
+//
+//	execbench --bin bin [--n 150] [--seconds 5] [--bin-old DIR [--views] [--view-n 30]]
 package main
 
 import (
@@ -37,16 +44,36 @@ func main() {
 	n := flag.Int("n", 150, "latency samples per method")
 	secs := flag.Float64("seconds", 5, "seconds of the throughput run")
 	space := flag.Duration("space", 40*time.Millisecond, "pause between latency calls")
+	binOld := flag.String("bin-old", "", "directory holding a second (older) sluiced and sluice-helper: compare its binds with the FUSE view of --bin")
+	viewsOnly := flag.Bool("views", false, "run only the view-against-binds rows (needs --bin-old)")
+	viewN := flag.Int("view-n", 30, "samples per view-against-binds row, per daemon")
+	demo := flag.String("demo", "profiles/examples/workspace", "the demo workspace, copied for the unittest row")
 	flag.Parse()
+	if *viewsOnly && *binOld == "" {
+		fmt.Fprintln(os.Stderr, "execbench: --views needs --bin-old DIR")
+		os.Exit(2)
+	}
+	gap = *space
 	work, err := os.MkdirTemp("/var/tmp", "sluice-execbench")
 	check(err)
+	workDir = work
 	defer os.RemoveAll(work)
 	os.Chmod(work, 0o755)
 	ws := filepath.Join(work, "ws")
 	check(os.MkdirAll(ws, 0o755))
 	file := filepath.Join(ws, "four_k.txt")
 	check(os.WriteFile(file, bytes.Repeat([]byte("0123456789abcde\n"), 256), 0o644))
+	if !*viewsOnly {
+		execRows(work, ws, file, *bin, *n, *secs, *space)
+	}
+	if *binOld != "" {
+		viewRows(work, *binOld, *bin, *demo, *viewN, *space)
+	}
+}
 
+// execRows is the original comparison: direct, bwrap, runc, sluice pooled
+// and cold, then throughput.
+func execRows(work, ws, file, bin string, n int, secs float64, space time.Duration) {
 	// sluice
 	manifest := filepath.Join(work, "manifest.json")
 	tool := func(argv []string, pool int) string {
@@ -57,23 +84,9 @@ func main() {
 		`"true_pool":`+tool([]string{"/bin/true"}, 2)+`,"cat_pool":`+tool([]string{"cat", file}, 2)+
 		`,"true_cold":`+tool([]string{"/bin/true"}, 0)+`,"cat_cold":`+tool([]string{"cat", file}, 0)+
 		`,"true_tput":`+tool([]string{"/bin/true"}, 8)+`}}`), 0o644))
-	sock := filepath.Join(work, "s.sock")
-	d := exec.Command(filepath.Join(*bin, "sluiced"), "--manifest", manifest, "--socket", sock,
-		"--state-dir", filepath.Join(work, "state"), "--run-dir", filepath.Join(work, "run"), "--log-level", "error")
-	d.Stderr = os.Stderr
-	check(d.Start())
-	stopDaemon = func() { d.Process.Signal(unix.SIGTERM); d.Wait() }
-	defer stopDaemon()
-	c := client.New(sock)
-	for i := 0; ; i++ {
-		if _, err := c.Health(context.Background()); err == nil {
-			break
-		}
-		if i > 200 {
-			check(fmt.Errorf("sluiced not ready"))
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	dm := startDaemon(bin, manifest, work, "")
+	defer dm.stop()
+	c, sock := dm.c, dm.sock
 	time.Sleep(500 * time.Millisecond) // pools fill
 	sluice := func(name string) func() error {
 		return func() error {
@@ -126,12 +139,11 @@ func main() {
 		{"sluice, cold (pool 0)", sluice("true_cold"), sluice("cat_cold")},
 	}
 	p50 := map[string]time.Duration{}
-	gap = *space
-	fmt.Printf("\nexecute latency, %d calls each, spaced %v apart (ms)\n", *n, *space)
+	fmt.Printf("\nexecute latency, %d calls each, spaced %v apart (ms)\n", n, space)
 	fmt.Printf("%-24s %9s %9s %9s %9s\n", "", "true p50", "true p95", "cat p50", "cat p95")
 	for _, m := range methods {
-		t := spaced(m.true_, *n)
-		k := spaced(m.cat, *n)
+		t := spaced(m.true_, n)
+		k := spaced(m.cat, n)
 		p50[m.name] = pct(t, 50)
 		fmt.Printf("%-24s %9.2f %9.2f %9.2f %9.2f\n", m.name, ms(pct(t, 50)), ms(pct(t, 95)), ms(pct(k, 50)), ms(pct(k, 95)))
 	}
@@ -144,7 +156,7 @@ func main() {
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
-	deadline := time.Now().Add(time.Duration(*secs * float64(time.Second)))
+	deadline := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	for range 8 {
 		wg.Add(1)
 		go func() {
@@ -166,7 +178,7 @@ func main() {
 	wg.Wait()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	fmt.Printf("\nsustained, 8 concurrent clients, /bin/true for %.0f s: %.0f calls/s, p50 %.1f ms, p95 %.1f ms (goal ≥ 100 calls/s, p95 ≤ 50 ms)\n",
-		*secs, float64(len(lat))/(*secs), ms(pct(lat, 50)), ms(pct(lat, 95)))
+		secs, float64(len(lat))/secs, ms(pct(lat, 50)), ms(pct(lat, 95)))
 }
 
 // runcBundle writes an OCI bundle equivalent to sluice's container: the
@@ -236,12 +248,61 @@ func spaced(fn func() error, n int) []time.Duration {
 func pct(s []time.Duration, p int) time.Duration { return s[(len(s)-1)*p/100] }
 func ms(d time.Duration) float64                 { return float64(d.Microseconds()) / 1000 }
 
-var stopDaemon = func() {}
+// daemon is a sluiced started by startDaemon.
+type daemon struct {
+	cmd  *exec.Cmd
+	c    *client.Client
+	sock string
+	once sync.Once
+}
+
+// startDaemon starts bin/sluiced on manifest with its socket, state dir
+// and run dir in work (named with tag, so that two daemons can share work)
+// and waits until it answers.
+func startDaemon(bin, manifest, work, tag string) *daemon {
+	sock := filepath.Join(work, tag+"s.sock")
+	cmd := exec.Command(filepath.Join(bin, "sluiced"), "--manifest", manifest, "--socket", sock,
+		"--state-dir", filepath.Join(work, tag+"state"), "--run-dir", filepath.Join(work, tag+"run"), "--log-level", "error")
+	cmd.Stderr = os.Stderr
+	check(cmd.Start())
+	d := &daemon{cmd: cmd, c: client.New(sock), sock: sock}
+	stopDaemons = append(stopDaemons, d.stop)
+	for i := 0; ; i++ {
+		if _, err := d.c.Health(context.Background()); err == nil {
+			break
+		}
+		if i > 200 {
+			check(fmt.Errorf("%s: sluiced not ready", bin))
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return d
+}
+
+func (d *daemon) stop() {
+	d.once.Do(func() {
+		d.c.Close()
+		d.cmd.Process.Signal(unix.SIGTERM)
+		d.cmd.Wait()
+	})
+}
+
+// stopDaemons stop the daemons started, and workDir is removed, when a
+// check fails.
+var (
+	stopDaemons []func()
+	workDir     string
+)
 
 func check(err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "execbench:", strings.TrimSpace(err.Error()))
-		stopDaemon()
+		for _, stop := range stopDaemons {
+			stop()
+		}
+		if workDir != "" {
+			os.RemoveAll(workDir)
+		}
 		os.Exit(1)
 	}
 }

@@ -230,3 +230,42 @@ type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
+
+// Approval is a call parked until an approver decides it.
+type Approval struct {
+	ApprovalID string          `json:"approval_id"`
+	CallID     string          `json:"call_id"`
+	Principal  string          `json:"principal"`
+	Tool       string          `json:"tool"`
+	Args       json.RawMessage `json:"args"` // as recorded in the ledger: no file bodies
+	Task       string          `json:"task,omitempty"`
+	ExpiresAt  string          `json:"expires_at"` // RFC 3339
+}
+
+// Approvals is the body of GET /v1/approvals.
+type Approvals struct {
+	Approvals []Approval `json:"approvals"`
+}
+
+// ApprovalDecision is the body of POST /v1/approvals/{id}.
+type ApprovalDecision struct {
+	Approve bool   `json:"approve"`
+	Note    string `json:"note,omitempty"`
+}
+
+// ApprovalOutcome answers POST /v1/approvals/{id}.
+type ApprovalOutcome struct {
+	ApprovalID string `json:"approval_id"`
+	CallID     string `json:"call_id"`
+	Approved   bool   `json:"approved"`
+}
+
+// TaskCancel answers POST /v1/tasks/{task}/cancel.
+type TaskCancel struct {
+	Task       string `json:"task"`
+	Generation uint64 `json:"generation"`
+	Ended      int    `json:"ended"` // calls in flight it ended
+}
+
+// ErrConflict: the approval was already decided, or does not exist.
+const ErrConflict = "conflict"

@@ -63,6 +63,24 @@ func (m *Manifest) MayCall(name, tool string) bool {
 	return slices.Contains(p.Tools, "*") || slices.Contains(p.Tools, tool)
 }
 
+// ToolNamesAll returns every tool's name, sorted.
+func (m *Manifest) ToolNamesAll() []string { return sortedKeys(m.Tools) }
+
+// ApproversWhoMayCall names the approver principals that may call tool
+// ("local" when the manifest declares none: uid 0 approves and calls).
+func (m *Manifest) ApproversWhoMayCall(tool string) []string {
+	if m.Principals == nil {
+		return []string{LocalPrincipal + " (uid 0)"}
+	}
+	var out []string
+	for _, n := range sortedKeys(m.Principals) {
+		if m.Principals[n].Approver && m.MayCall(n, tool) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // ToolNames returns the names of the tools the principal may call, sorted.
 func (m *Manifest) ToolNames(principal string) []string {
 	var out []string
@@ -238,6 +256,9 @@ type Request struct {
 	Mode string
 	// ContentBytes is a write's content length, capped by max_bytes.
 	ContentBytes int64
+	// Approved: an approver approved this very call (after it was
+	// pending). It is decided again, and approval no longer holds it.
+	Approved bool
 	// Resolved holds one outcome per RootMatch of Path, in the same order.
 	Resolved []Resource
 }
@@ -309,6 +330,9 @@ func Decide(m *Manifest, req *Request) Decision {
 		return d
 	}
 	if t.Approval == "human" {
+		if req.Approved {
+			return d // the approver's record says who; the rule stays the match
+		}
 		d.Allow = false
 		d.Pending = true
 		d.Reason = api.ReasonApprovalRequired

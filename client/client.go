@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -33,10 +34,18 @@ func SocketFromEnv() string {
 
 // New returns a client for the socket at path.
 func New(socket string) *Client {
+	return NewWithDialer(socket, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	})
+}
+
+// NewWithDialer returns a client whose connections come from dial (tests
+// connect as another uid this way).
+func NewWithDialer(socket string, dial func(ctx context.Context) (net.Conn, error)) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			return dial(ctx)
 		},
 		MaxIdleConns:        64,
 		MaxIdleConnsPerHost: 64,
@@ -175,4 +184,23 @@ func (c *Client) Tools(ctx context.Context) (*api.Tools, error) {
 func (c *Client) Reload(ctx context.Context) (*api.Health, error) {
 	var h api.Health
 	return &h, c.getJSON(ctx, http.MethodPost, "/v1/reload", nil, &h)
+}
+
+// Approvals lists the calls waiting for a human (approvers only).
+func (c *Client) Approvals(ctx context.Context) (*api.Approvals, error) {
+	var a api.Approvals
+	return &a, c.getJSON(ctx, http.MethodGet, "/v1/approvals", nil, &a)
+}
+
+// Decide approves or denies a parked call (approvers only).
+func (c *Client) Decide(ctx context.Context, approvalID string, approve bool, note string) (*api.ApprovalOutcome, error) {
+	var o api.ApprovalOutcome
+	return &o, c.getJSON(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(approvalID), api.ApprovalDecision{Approve: approve, Note: note}, &o)
+}
+
+// CancelTask cancels a task: its calls in flight end task_cancelled, and
+// new calls with it are denied for the daemon's task TTL.
+func (c *Client) CancelTask(ctx context.Context, task string) (*api.TaskCancel, error) {
+	var t api.TaskCancel
+	return &t, c.getJSON(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/cancel", nil, &t)
 }

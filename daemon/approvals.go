@@ -1,8 +1,279 @@
 package daemon
 
-// awaitApproval parks a call that needs a human. This build has no queue
-// yet: the call is denied approval_required, never run unapproved.
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/securefs"
+)
+
+// approvals holds the calls parked until a human decides them.
+type approvals struct {
+	mu   sync.Mutex
+	byID map[string]*parked
+}
+
+// parked is one waiting call. An approval is the call itself: bound to
+// its exact intent (principal, tool, args as decoded), decided once.
+type parked struct {
+	id      string
+	c       *call
+	expires time.Time
+	verdict chan approvalVerdict // buffered; written once, by take's winner
+}
+
+type approvalVerdict struct {
+	approve bool
+	note    string
+}
+
+func newApprovals() *approvals { return &approvals{byID: map[string]*parked{}} }
+
+func (a *approvals) park(pk *parked) {
+	a.mu.Lock()
+	a.byID[pk.id] = pk
+	a.mu.Unlock()
+}
+
+// take removes a parked call: whoever takes it decides it, exactly once.
+func (a *approvals) take(id string) *parked {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pk := a.byID[id]
+	delete(a.byID, id)
+	return pk
+}
+
+func (a *approvals) list() []*parked {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*parked, 0, len(a.byID))
+	for _, pk := range a.byID {
+		out = append(out, pk)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+func newApprovalID() string { return "a-" + strings.TrimPrefix(newCallID(), "c-") }
+
+// awaitApproval is DESIGN §1 step 6. The pending decision is made durable
+// and announced (streamed callers get a pending decision event with the
+// approval id at once; others wait); the call then holds no fd and no
+// container, and not even its policy, until an approver decides, the
+// approval expires, or the call's context ends. Approved, it is resolved
+// and decided again under the manifest current then (a reload that
+// removed the tool denies it) and the pipeline goes on. It returns false
+// when the call has ended here.
 func (c *call) awaitApproval(em emitter) bool {
-	c.dec.Pending = false
+	id := newApprovalID()
+	timeout := time.Duration(c.tool.EffectiveApprovalTimeoutMS()) * time.Millisecond
+	pk := &parked{id: id, c: c, expires: time.Now().Add(timeout), verdict: make(chan approvalVerdict, 1)}
+	c.approvalID = id
+	seq, err := c.auditDecision()
+	if err == nil {
+		err = c.d.ledger.Sync(seq)
+	}
+	if err != nil {
+		c.failClosed()
+		c.finishDenied(em, 0)
+		return false
+	}
+	c.closeHandles()
+	em.decision(api.DecisionEvent{Event: api.EventDecision, CallID: c.id, Verdict: api.VerdictPending,
+		Reason: api.ReasonApprovalRequired, ApprovalID: id})
+	c.d.approvals.park(pk)
+	c.d.log.Info("call waiting for approval", "approval_id", id, "call_id", c.id, "tool", c.req.Tool,
+		"principal", c.areq.Principal, "expires_in", timeout.String())
+	// Parked: the policy goes back, so a reload is not held up and its
+	// old pools can drain.
+	c.p.release()
+	c.p = nil
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var v approvalVerdict
+	select {
+	case v = <-pk.verdict:
+	case <-timer.C:
+		if c.d.approvals.take(id) == nil {
+			v = <-pk.verdict // an approver took it at the last moment
+			break
+		}
+		c.p = c.d.acquire()
+		c.auditApprovalEnd(id, api.ReasonApprovalExpired, "expired after "+timeout.String())
+		return c.denyAfterApproval(em, api.ReasonApprovalExpired)
+	case <-c.ctx.Done():
+		if c.d.approvals.take(id) == nil {
+			v = <-pk.verdict
+			break
+		}
+		c.p = c.d.acquire()
+		reason := c.endReason()
+		c.auditApprovalEnd(id, reason, "withdrawn while waiting: "+context.Cause(c.ctx).Error())
+		if context.Cause(c.ctx) == errClientGone {
+			return false // nobody to tell; the ledger says what happened
+		}
+		return c.denyAfterApproval(em, reason)
+	}
+	c.p = c.d.acquire()
+	if !v.approve {
+		return c.denyAfterApproval(em, api.ReasonApprovalDenied)
+	}
+	// Approved: decided again, from the same request, under the current
+	// manifest. Fresh resolution: nothing from before the wait is used.
+	dc, err := decodeCall(c.p.m, c.body)
+	if err != nil {
+		c.d.log.Warn("approved call no longer decodes under the current manifest", "err", err, "call_id", c.id)
+		c.dec = authz.Decision{Reason: api.ReasonInvalidArgs}
+		c.finishDecided(em)
+		return false
+	}
+	c.decoded = dc
+	c.handles = map[int]*securefs.Handle{}
+	c.areq.Approved = true
+	c.areq.Principal, _ = c.p.m.Identify(c.peer.UID, c.peer.GID)
+	c.resolve()
+	c.dec = authz.Decide(c.p.m, &c.areq)
+	c.checkTask()
 	return true
+}
+
+// denyAfterApproval ends a parked call with a final denial.
+func (c *call) denyAfterApproval(em emitter, reason string) bool {
+	c.dec = authz.Decision{Reason: reason, Rule: "tools." + c.req.Tool + ".approval"}
+	c.finishDecided(em)
+	return false
+}
+
+// finishDecided records a final (denying) decision and tells the caller.
+func (c *call) finishDecided(em emitter) {
+	seq, err := c.auditDecision()
+	if err != nil {
+		c.failClosed()
+		seq = 0
+	}
+	c.finishDenied(em, seq)
+}
+
+// auditApprovalEnd records how a wait ended without an approver.
+func (c *call) auditApprovalEnd(id, reason, detail string) {
+	seq, err := c.d.ledger.Append(&audit.Record{Kind: audit.KindApproval, ApprovalID: id, CallID: c.id,
+		Principal: c.principalRecord(), Task: c.req.Task, Tool: c.req.Tool, Verdict: api.VerdictDeny,
+		Reason: reason, Detail: detail, PolicyVersion: c.p.m.Version})
+	if err == nil {
+		err = c.d.ledger.Sync(seq)
+	}
+	if err != nil {
+		c.d.log.Error("audit approval record failed", "err", err, "approval_id", id)
+	}
+}
+
+const maxNote = 1024
+
+func (d *Daemon) approver(w http.ResponseWriter, peer Peer) (string, bool) {
+	p := d.acquire()
+	defer p.release()
+	name, _ := p.m.Identify(peer.UID, peer.GID)
+	if !p.m.IsApprover(name, peer.UID) {
+		writeError(w, http.StatusForbidden, api.ErrForbidden, "only an approver principal may see or decide approvals")
+		return "", false
+	}
+	return name, true
+}
+
+func (d *Daemon) handleApprovals(w http.ResponseWriter, r *http.Request, peer Peer) {
+	if _, ok := d.approver(w, peer); !ok {
+		return
+	}
+	out := api.Approvals{Approvals: []api.Approval{}}
+	for _, pk := range d.approvals.list() {
+		c := pk.c
+		out.Approvals = append(out.Approvals, api.Approval{ApprovalID: pk.id, CallID: c.id, Principal: c.areq.Principal,
+			Tool: c.req.Tool, Args: c.argsRecord, Task: c.req.Task, ExpiresAt: pk.expires.UTC().Format(time.RFC3339Nano)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (d *Daemon) handleApprovalDecide(w http.ResponseWriter, r *http.Request, peer Peer, id string) {
+	name, ok := d.approver(w, peer)
+	if !ok {
+		return
+	}
+	body, status, err := readBody(w, r, 64<<10)
+	if err != nil {
+		writeError(w, status, api.ErrBadRequest, err.Error())
+		return
+	}
+	var req struct {
+		Approve *bool   `json:"approve"`
+		Note    *string `json:"note"`
+	}
+	if err := strictDecode(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, api.ErrBadRequest, describeJSONError("", err).Error())
+		return
+	}
+	if req.Approve == nil {
+		writeError(w, http.StatusBadRequest, api.ErrBadRequest, "approve: required (true or false)")
+		return
+	}
+	note := ""
+	if req.Note != nil {
+		note = *req.Note
+	}
+	if len(note) > maxNote {
+		writeError(w, http.StatusBadRequest, api.ErrBadRequest, "note: longer than 1024 bytes")
+		return
+	}
+	pk := d.approvals.take(id)
+	if pk == nil {
+		writeError(w, http.StatusConflict, api.ErrConflict, "no call waits under approval id "+id+" (decided, expired, withdrawn or unknown)")
+		return
+	}
+	c := pk.c
+	verdict := api.VerdictDeny
+	if *req.Approve {
+		verdict = api.VerdictAllow
+	}
+	p := d.acquire()
+	rec := &audit.Record{Kind: audit.KindApproval, ApprovalID: id, CallID: c.id,
+		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID},
+		Task:      c.req.Task, Tool: c.req.Tool, Args: c.argsRecord, Verdict: verdict, Detail: note, PolicyVersion: p.m.Version}
+	p.release()
+	seq, err := d.ledger.Append(rec)
+	if err == nil {
+		err = d.ledger.Sync(seq)
+	}
+	if err != nil {
+		// Fail closed: an approval that cannot be recorded is a denial.
+		d.log.Error("audit approval failed; denying the call", "err", err, "approval_id", id)
+		pk.verdict <- approvalVerdict{approve: false, note: "audit unavailable"}
+		writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable, "the audit ledger cannot be written; the call was denied")
+		return
+	}
+	pk.verdict <- approvalVerdict{approve: *req.Approve, note: note}
+	d.log.Info("approval decided", "approval_id", id, "call_id", c.id, "approver", name, "approved", *req.Approve)
+	writeJSON(w, http.StatusOK, api.ApprovalOutcome{ApprovalID: id, CallID: c.id, Approved: *req.Approve})
+}
+
+// warnSelfApproval logs each approver principal that may itself call a
+// tool needing approval: it could approve its own calls.
+func warnSelfApproval(m *authz.Manifest, log interface {
+	Warn(msg string, args ...any)
+}) {
+	for _, tn := range m.ToolNamesAll() {
+		if m.Tools[tn].Approval != "human" {
+			continue
+		}
+		for _, pn := range m.ApproversWhoMayCall(tn) {
+			log.Warn("an approver principal may call a tool that needs approval: it could approve its own calls",
+				"principal", pn, "tool", tn)
+		}
+	}
 }

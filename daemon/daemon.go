@@ -157,8 +157,9 @@ type Daemon struct {
 
 	reloadMu sync.Mutex
 
-	slots *admission // containers running calls
-	calls *registry  // calls in flight, by id and task
+	slots     *admission // containers running calls
+	calls     *registry  // calls in flight, by id and task
+	approvals *approvals // calls waiting for a human
 	// stopCalls ends every call's context with errShutdown.
 	stopCalls context.CancelCauseFunc
 }
@@ -171,6 +172,7 @@ func Run(ctx context.Context, cfg Config) error {
 	base, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls
+	d.approvals = newApprovals()
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}

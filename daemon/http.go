@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -20,10 +21,11 @@ type route struct {
 // like everything else.
 func (d *Daemon) routes() http.Handler {
 	table := map[string]route{
-		"/v1/calls":  {method: http.MethodPost, h: d.handleCall},
-		"/v1/health": {method: http.MethodGet, h: d.handleHealth},
-		"/v1/tools":  {method: http.MethodGet, h: d.handleTools},
-		"/v1/reload": {method: http.MethodPost, h: d.handleReload},
+		"/v1/calls":     {method: http.MethodPost, h: d.handleCall},
+		"/v1/health":    {method: http.MethodGet, h: d.handleHealth},
+		"/v1/tools":     {method: http.MethodGet, h: d.handleTools},
+		"/v1/reload":    {method: http.MethodPost, h: d.handleReload},
+		"/v1/approvals": {method: http.MethodGet, h: d.handleApprovals},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		peer, ok := peerFrom(r.Context())
@@ -33,6 +35,9 @@ func (d *Daemon) routes() http.Handler {
 			return
 		}
 		rt, ok := table[r.URL.Path]
+		if !ok {
+			rt, ok = d.paramRoute(r)
+		}
 		if !ok || strings.Contains(r.URL.Path, "..") {
 			writeError(w, http.StatusNotFound, api.ErrNotFound, "no such endpoint: "+r.URL.Path)
 			return
@@ -44,6 +49,35 @@ func (d *Daemon) routes() http.Handler {
 		}
 		rt.h(w, r, peer)
 	})
+}
+
+// paramRoute matches the routes that carry an id in the path:
+// /v1/approvals/{id} and /v1/tasks/{task}/cancel. The segment is taken
+// from the escaped path, so a task id may hold any character but a
+// control one.
+func (d *Daemon) paramRoute(r *http.Request) (route, bool) {
+	p := r.URL.EscapedPath()
+	if rest, ok := strings.CutPrefix(p, "/v1/approvals/"); ok && rest != "" && !strings.Contains(rest, "/") {
+		id, err := url.PathUnescape(rest)
+		if err != nil {
+			return route{}, false
+		}
+		return route{method: http.MethodPost, h: func(w http.ResponseWriter, r *http.Request, peer Peer) {
+			d.handleApprovalDecide(w, r, peer, id)
+		}}, true
+	}
+	if rest, ok := strings.CutPrefix(p, "/v1/tasks/"); ok {
+		if seg, ok := strings.CutSuffix(rest, "/cancel"); ok && seg != "" && !strings.Contains(seg, "/") {
+			task, err := url.PathUnescape(seg)
+			if err != nil || len(task) > maxTaskID || strings.ContainsFunc(task, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+				return route{}, false
+			}
+			return route{method: http.MethodPost, h: func(w http.ResponseWriter, r *http.Request, peer Peer) {
+				d.handleTaskCancel(w, r, peer, task)
+			}}, true
+		}
+	}
+	return route{}, false
 }
 
 // writeJSON sends v with a Content-Length (no chunked encoding).

@@ -26,6 +26,9 @@ type call struct {
 	start time.Time
 	id    string
 	gen   uint64 // the task's generation when the call was decided
+	// approvalID is set once the call waited for a human; its decision
+	// records carry it.
+	approvalID string
 
 	handles map[int]*securefs.Handle // by root index, for resolved paths
 	parents map[int]*parentRef       // by root index, for write and delete
@@ -67,14 +70,19 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 	_ = rc.SetReadDeadline(time.Time{})
 
 	p := d.acquire()
-	defer p.release()
 	dc, err := decodeCall(p.m, body)
 	if err != nil {
+		p.release()
 		writeError(w, http.StatusBadRequest, api.ErrBadRequest, err.Error())
 		return
 	}
 	c := d.calls.begin(d, p, peer, dc, start)
-	defer d.calls.end(c)
+	defer func() {
+		d.calls.end(c)
+		if c.p != nil { // a parked call gives its policy back while it waits
+			c.p.release()
+		}
+	}()
 	// The handler only attaches: a client that goes away ends the call
 	// with that cause, as a cancel or shutdown would with theirs.
 	detach := context.AfterFunc(r.Context(), func() { c.stop(errClientGone) })
@@ -183,7 +191,7 @@ func (c *call) auditDecision() (uint64, error) {
 	rec := &audit.Record{
 		Kind: audit.KindDecision, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
 		Tool: c.req.Tool, Args: c.argsRecord, Verdict: c.dec.Verdict(), Reason: c.dec.Reason,
-		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version,
+		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version, ApprovalID: c.approvalID,
 	}
 	if c.tool != nil {
 		rec.Operation = c.tool.Operation

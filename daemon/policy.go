@@ -56,6 +56,7 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 	if err != nil {
 		return nil, err
 	}
+	warnSelfApproval(m, log)
 	base, err := securefs.OpenRoot(m.BaseDir, mode)
 	if err != nil {
 		return nil, fmt.Errorf("manifest base %s: %w", m.BaseDir, err)

@@ -23,9 +23,12 @@ type registry struct {
 	now     func() time.Time
 	drained chan struct{} // closed and replaced as the last call ends
 	n       int
+	lastGC  time.Time
 }
 
 type taskState struct {
+	owners    map[string]bool // principals that made calls with it
+	lastUsed  time.Time
 	gen       uint64
 	cancelled time.Time // zero: not cancelled
 	calls     map[*call]struct{}
@@ -48,6 +51,10 @@ func (g *registry) begin(d *Daemon, p *policy, peer Peer, dc *decoded, start tim
 	if t := dc.req.Task; t != "" {
 		ts := g.task(t)
 		ts.calls[c] = struct{}{}
+		ts.lastUsed = g.now()
+		if name, ok := p.m.Identify(peer.UID, peer.GID); ok {
+			ts.owners[name] = true
+		}
 		c.gen = ts.gen
 		if !ts.cancelled.IsZero() {
 			stop(errTaskCancelled)
@@ -77,17 +84,22 @@ func (g *registry) end(c *call) {
 func (g *registry) task(name string) *taskState {
 	ts := g.tasks[name]
 	if ts == nil {
-		ts = &taskState{calls: map[*call]struct{}{}}
+		ts = &taskState{calls: map[*call]struct{}{}, owners: map[string]bool{}}
 		g.tasks[name] = ts
 	}
 	return ts
 }
 
-// gcTasks forgets tasks with no calls whose cancel has expired; g.mu held.
+// gcTasks forgets, at most once a minute, tasks with no call in flight
+// that were last used, and last cancelled, more than a TTL ago; g.mu held.
 func (g *registry) gcTasks() {
 	now := g.now()
+	if now.Sub(g.lastGC) < time.Minute {
+		return
+	}
+	g.lastGC = now
 	for name, ts := range g.tasks {
-		if len(ts.calls) == 0 && (ts.cancelled.IsZero() || now.Sub(ts.cancelled) > g.ttl) {
+		if len(ts.calls) == 0 && now.Sub(ts.lastUsed) > g.ttl && (ts.cancelled.IsZero() || now.Sub(ts.cancelled) > g.ttl) {
 			delete(g.tasks, name)
 		}
 	}
@@ -96,16 +108,26 @@ func (g *registry) gcTasks() {
 // cancelTask bumps the task's generation, ends its calls in flight with
 // errTaskCancelled, and keeps it cancelled for the ttl. It returns how
 // many calls it ended and the new generation.
-func (g *registry) cancelTask(name string) (int, uint64) {
+func (g *registry) cancelTask(name, by string) (int, uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ts := g.task(name)
+	ts.owners[by] = true
 	ts.gen++
 	ts.cancelled = g.now()
 	for c := range ts.calls {
 		c.stop(errTaskCancelled)
 	}
 	return len(ts.calls), ts.gen
+}
+
+// owns reports whether principal made calls with task (while the daemon
+// remembers it).
+func (g *registry) owns(task, principal string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ts := g.tasks[task]
+	return ts != nil && ts.owners[principal]
 }
 
 // current reports whether the call's task is still at the generation it

@@ -35,6 +35,7 @@ func badf(format string, a ...any) error { return &badRequest{fmt.Sprintf(format
 // filesystem or the clock: decodeCall is pure, so replay decodes a
 // recorded request exactly as the daemon did.
 type decoded struct {
+	body       []byte // as received: an approved call is decoded again from it
 	req        api.CallRequest
 	tool       *authz.Tool // nil for an unknown tool
 	op         *opSpec     // nil for an unknown tool
@@ -65,7 +66,7 @@ func decodeCall(m *authz.Manifest, body []byte) (*decoded, error) {
 	if len(*raw.Tool) > maxToolName {
 		return nil, badf("tool: longer than %d bytes", maxToolName)
 	}
-	dc := &decoded{}
+	dc := &decoded{body: body}
 	dc.req.Tool, dc.req.Args = *raw.Tool, raw.Args
 	if raw.Task != nil {
 		if len(*raw.Task) > maxTaskID || strings.ContainsFunc(*raw.Task, func(r rune) bool { return r < 0x20 || r == 0x7f }) {

@@ -73,6 +73,10 @@ func forbidden(pkg, imp string) string {
 		if ours {
 			return pkg + " is a leaf: it imports none of sluice's packages"
 		}
+	case "internal/fileop":
+		if (ours && local != "internal/securefs") || (thirdParty && imp != "golang.org/x/sys/unix") {
+			return pkg + " is a leaf: securefs, golang.org/x/sys/unix and the standard library only"
+		}
 	case "internal/fsview":
 		if ours && local != "internal/securefs" {
 			return pkg + " serves views through securefs alone"

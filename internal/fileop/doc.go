@@ -1,0 +1,27 @@
+// Package fileop performs the effects of write and delete tools beneath a
+// securefs.Root: on the fd of the parent directory that the kernel
+// resolved, never on a path looked up again.
+//
+// ResolveParent resolves a path's parent directory with securefs (symlinks
+// followed only while they stay beneath the root, as for reads) and keeps
+// the final name apart, checked to be one plain name. Everything after
+// that is an *at call on the parent's fd with that one name, so a
+// directory swapped for a symlink after the check cannot redirect a write
+// (the check-then-use class that openat2 closes for reads), and the final
+// name is never followed: a symlink there is refused by Write and removed
+// itself, not its target, by Delete; a hard link to a file outside the root
+// is replaced, never written through.
+//
+// A write never changes a file in place. The new content goes into an
+// unnamed O_TMPFILE inode in the same directory (a named ".sluice-tmp-"
+// file where the filesystem lacks O_TMPFILE), is fsynced, then linked to
+// the name (create) or renamed over it (replace), and the directory is
+// fsynced: a crash at any point leaves the old file or the new one, never
+// a torn one. The caller's precondition (if_match, the task's generation)
+// is evaluated on the file as it is at commit time, after the content is
+// durable and immediately before the link or rename; Locks serializes the
+// daemon's own writers and deleters of one name so that between them the
+// precondition cannot go stale. Temporary names are reported through
+// hooks so the daemon can journal them and sweep them with RemoveTemp
+// after a crash.
+package fileop

@@ -1,0 +1,314 @@
+package fileop
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/securefs"
+)
+
+// Sentinel errors, checked with errors.Is. A missing name or parent is
+// securefs.ErrNotExist and an escape securefs.ErrPathEscapes, as for reads.
+var (
+	// ErrBadName: the final component is not one plain name. Errors that
+	// wrap it also wrap securefs.ErrInvalidPath.
+	ErrBadName = errors.New("not a plain file name")
+	// ErrExists: a create found the name taken.
+	ErrExists = errors.New("file exists")
+	// ErrNotRegular: the name is not a regular file (a symlink, directory,
+	// FIFO, socket or device). Returned as a *KindError.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrIsDir: the name is a directory. Returned as a *KindError, which
+	// is ErrNotRegular too.
+	ErrIsDir = errors.New("is a directory")
+	// ErrPrecondition: the caller's precondition (if_match) does not hold
+	// for the file as it is at commit time.
+	ErrPrecondition = errors.New("precondition failed")
+	// ErrInvalidIfMatch: an if_match value that is none of "", "absent"
+	// and "sha256:<64 hex digits>".
+	ErrInvalidIfMatch = errors.New("invalid if_match")
+	// ErrChanged: the name kept naming a different file while it was being
+	// read or committed (a concurrent writer outside the daemon).
+	ErrChanged = errors.New("file changed during the operation")
+)
+
+// KindError says what non-regular file a name turned out to be.
+type KindError struct {
+	Name string
+	Kind string // a securefs.Kind* constant
+}
+
+func (e *KindError) Error() string {
+	return fmt.Sprintf("%q is a %s, not a regular file", e.Name, e.Kind)
+}
+
+// Is makes a KindError ErrNotRegular, and ErrIsDir for a directory.
+func (e *KindError) Is(target error) bool {
+	return target == ErrNotRegular || (target == ErrIsDir && e.Kind == securefs.KindDir)
+}
+
+// TempPrefix starts every temporary name this package creates. Write and
+// Delete refuse names that start with it, so no tool call can reach a
+// temporary file of another call in flight.
+const TempPrefix = ".sluice-tmp-"
+
+// maxName is NAME_MAX on every Linux filesystem we run on.
+const maxName = 255
+
+// Parent is the directory a path's final name lives in, held open by fd,
+// and that name.
+type Parent struct {
+	// Name is the final component: one plain name, never followed.
+	Name string
+	root *securefs.Root
+	dir  *securefs.Handle // a directory; O_PATH with openat2
+}
+
+// ResolveParent resolves the parent directory of unsafePath beneath root
+// (symlinks followed only while they stay beneath it, as for reads) and
+// returns it with the final name. The name must be plain: not empty, "."
+// or "..", without "/" or NUL, at most 255 bytes (ErrBadName). A missing
+// parent, or one that is not a directory, is securefs.ErrNotExist; a
+// parent outside the root is securefs.ErrPathEscapes. The final name may
+// or may not exist: Stat says.
+func ResolveParent(root *securefs.Root, unsafePath string) (*Parent, error) {
+	dir, name := ".", unsafePath
+	if i := strings.LastIndexByte(unsafePath, '/'); i >= 0 {
+		dir, name = unsafePath[:i], unsafePath[i+1:]
+		if dir == "" {
+			dir = "/" // an absolute path: openat2 refuses it as an escape
+		}
+	}
+	if err := checkName(name); err != nil {
+		return nil, fmt.Errorf("resolve parent of %q: %w", unsafePath, err)
+	}
+	h, err := root.Resolve(dir)
+	if err != nil {
+		return nil, err
+	}
+	if h.Kind != securefs.KindDir {
+		h.Close()
+		return nil, fmt.Errorf("resolve parent of %q: %w (%v)", unsafePath, securefs.ErrNotExist, unix.ENOTDIR)
+	}
+	return &Parent{Name: name, root: root, dir: h}, nil
+}
+
+func checkName(name string) error {
+	why := ""
+	switch {
+	case name == "":
+		why = "empty"
+	case name == "." || name == "..":
+		why = "a dot name"
+	case len(name) > maxName:
+		why = "longer than 255 bytes"
+	case strings.IndexByte(name, 0) >= 0:
+		why = "contains NUL"
+	case strings.IndexByte(name, '/') >= 0:
+		why = "contains /"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %q is %s (%w)", ErrBadName, name, why, securefs.ErrInvalidPath)
+}
+
+// checkTarget refuses names a tool may not write or delete.
+func checkTarget(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, TempPrefix) {
+		return fmt.Errorf("%w: %q uses the prefix reserved for temporary files (%w)", ErrBadName, name, securefs.ErrInvalidPath)
+	}
+	return nil
+}
+
+// Close releases the parent's fd.
+func (p *Parent) Close() error { return p.dir.Close() }
+
+// fd is the parent's fd: -1 once closed, never a number reused by another
+// file. Callers keep p alive (runtime.KeepAlive) while they use it.
+func (p *Parent) fd() int { return int(p.dir.File().Fd()) }
+
+// Locate returns the absolute path of the final name and that path
+// relative to the root, from the kernel's name for the parent's fd: the
+// resource for the record, and what never globs are matched against.
+func (p *Parent) Locate() (abs, rel string, err error) {
+	dabs, drel, err := p.root.Locate(p.dir)
+	if err != nil {
+		return "", "", err
+	}
+	abs = strings.TrimSuffix(dabs, "/") + "/" + p.Name
+	rel = p.Name
+	if drel != "." {
+		rel = drel + "/" + p.Name
+	}
+	return abs, rel, nil
+}
+
+// KindAbsent is Current.Kind when the name does not exist.
+const KindAbsent = "absent"
+
+// Current is what the final name is now, from fstatat without following
+// it: KindAbsent or a securefs.Kind* constant, with the stat fields.
+type Current struct {
+	Kind     string
+	Size     int64
+	Mode     uint32 // st_mode, type and permission bits
+	UID, GID uint32
+	Nlink    uint64
+	Dev, Ino uint64
+	sum      *lazySum
+	name     string
+}
+
+// Exists reports whether the name exists (as anything).
+func (c Current) Exists() bool { return c.Kind != "" && c.Kind != KindAbsent }
+
+// SHA256 returns "sha256:<hex>" of a regular file's content, read on the
+// first call (copies of c share the result). The file is opened O_PATH
+// and O_NOFOLLOW from the parent's fd, fstat-checked to be the regular
+// file c describes (same device and inode: else ErrChanged), and only then
+// re-opened for reading through /proc/self/fd, so a FIFO or device swapped
+// in is never opened for I/O.
+func (c Current) SHA256() (string, error) {
+	if c.Kind != securefs.KindFile {
+		return "", &KindError{Name: c.name, Kind: c.kindOrAbsent()}
+	}
+	if c.sum == nil {
+		return "", fmt.Errorf("sha256: %w", unix.EBADF)
+	}
+	c.sum.once.Do(c.sum.compute)
+	return c.sum.val, c.sum.err
+}
+
+func (c Current) kindOrAbsent() string {
+	if c.Kind == "" {
+		return KindAbsent
+	}
+	return c.Kind
+}
+
+type lazySum struct {
+	once     sync.Once
+	p        *Parent
+	dev, ino uint64
+	val      string
+	n        int64 // bytes read
+	err      error
+}
+
+func (s *lazySum) compute() {
+	s.val, s.n, s.err = digestAt(s.p, s.p.Name, s.dev, s.ino)
+}
+
+// digestAt hashes the regular file name in p, which must be inode
+// (dev, ino).
+func digestAt(p *Parent, name string, dev, ino uint64) (string, int64, error) {
+	defer runtime.KeepAlive(p)
+	fd, err := unix.Openat(p.fd(), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
+		return "", 0, fmt.Errorf("sha256 %q: %w (%v)", name, ErrChanged, err)
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("sha256 %q: %w", name, err)
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	if err == nil && (st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != dev || st.Ino != ino) {
+		err = ErrChanged
+	}
+	var rfd int
+	if err == nil {
+		rfd, err = unix.Open(procFd(fd), unix.O_RDONLY|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	}
+	unix.Close(fd)
+	if err != nil {
+		return "", 0, fmt.Errorf("sha256 %q: %w", name, err)
+	}
+	f := os.NewFile(uintptr(rfd), name)
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("sha256 %q: %w", name, err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// Stat reads what the final name is now, without following it
+// (fstatat AT_SYMLINK_NOFOLLOW on the parent's fd). A missing name is
+// Kind KindAbsent, not an error.
+func (p *Parent) Stat() (Current, error) {
+	defer runtime.KeepAlive(p)
+	var st unix.Stat_t
+	err := unix.Fstatat(p.fd(), p.Name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == unix.ENOENT {
+		return Current{Kind: KindAbsent, name: p.Name}, nil
+	}
+	if err != nil {
+		return Current{}, fmt.Errorf("stat %q: %w", p.Name, err)
+	}
+	c := Current{
+		Kind:  kindOf(st.Mode),
+		Size:  st.Size,
+		Mode:  st.Mode,
+		UID:   st.Uid,
+		GID:   st.Gid,
+		Nlink: st.Nlink,
+		Dev:   st.Dev,
+		Ino:   st.Ino,
+		name:  p.Name,
+	}
+	if c.Kind == securefs.KindFile {
+		c.sum = &lazySum{p: p, dev: st.Dev, ino: st.Ino}
+	}
+	return c, nil
+}
+
+func kindOf(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return securefs.KindFile
+	case unix.S_IFDIR:
+		return securefs.KindDir
+	case unix.S_IFLNK:
+		return securefs.KindSymlink
+	case unix.S_IFIFO:
+		return securefs.KindFIFO
+	case unix.S_IFSOCK:
+		return securefs.KindSocket
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return securefs.KindDevice
+	}
+	return securefs.KindOther
+}
+
+func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// syncDir fsyncs the parent directory, so that a link, rename or unlink in
+// it survives a crash. The O_PATH fd cannot be fsynced: it is re-opened
+// through /proc/self/fd, which names the same inode.
+func (p *Parent) syncDir() error {
+	defer runtime.KeepAlive(p)
+	fd, err := unix.Open(procFd(p.fd()), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("fsync dir: %w", err)
+	}
+	err = unix.Fsync(fd)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("fsync dir: %w", err)
+	}
+	return nil
+}

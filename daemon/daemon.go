@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/sandbox"
 )
@@ -160,6 +161,8 @@ type Daemon struct {
 	slots     *admission // containers running calls
 	calls     *registry  // calls in flight, by id and task
 	approvals *approvals // calls waiting for a human
+	locks     fileop.Locks
+	temps     *tempJournal
 	// stopCalls ends every call's context with errShutdown.
 	stopCalls context.CancelCauseFunc
 }
@@ -184,6 +187,17 @@ func Run(ctx context.Context, cfg Config) error {
 	d.pol = pol
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
+	}
+	temps, err := openTempJournal(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer temps.close()
+	d.temps = temps
+	if n, err := temps.sweep(pol.base); err != nil {
+		d.log.Warn("sweep of write temp files incomplete", "removed", n, "err", err)
+	} else if n > 0 {
+		d.log.Warn("removed temp files an interrupted write left", "count", n)
 	}
 	ledger, rec, err := audit.Open(filepath.Join(cfg.StateDir, "audit.jsonl"))
 	if err != nil {

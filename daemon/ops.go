@@ -106,7 +106,11 @@ func decodeWriteArgs(args []byte, dc *decoded) error {
 		return describeJSONError("args", err)
 	}
 	dc.areq.Path = a.Path
+	// An omitted mode is the tool's own (create_or_overwrite by default).
 	dc.areq.Mode = a.Mode
+	if dc.areq.Mode == "" {
+		dc.areq.Mode = dc.tool.Mode
+	}
 	if dc.areq.Mode == "" {
 		dc.areq.Mode = authz.ModeCreateOrOverwrite
 	}

@@ -88,7 +88,7 @@ func decodeCall(m *authz.Manifest, body []byte) (*decoded, error) {
 		dc.argsRecord = recordArgs(args)
 		return dc, nil
 	}
-	dc.tool = t
+	dc.tool = t // before decode: an omitted write mode is the tool's
 	dc.op = operations[t.Operation]
 	if dc.op == nil {
 		dc.argsRecord = recordArgs(args)

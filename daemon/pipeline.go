@@ -202,6 +202,9 @@ func (c *call) auditDecision() (uint64, error) {
 	if len(c.areq.Resolved) > 0 {
 		rec.Resolved = mustJSON(c.areq.Resolved)
 	}
+	if c.dec.Reason == api.ReasonInvalidArgs {
+		rec.Detail = c.areq.ArgsError // what replay needs to decide it again
+	}
 	seq, err := c.d.ledger.Append(rec)
 	if err != nil {
 		c.d.log.Error("audit decision failed; denying", "err", err, "call_id", c.id)

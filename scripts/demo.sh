@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
 # A scripted agent session against the bundled example: sluiced starts on
-# a temporary socket and state dir, the "agent" makes file-tool calls
-# through the CLI, each with its verdict and reason, the audit ledger is
-# verified and shown, and the daemon stops.
+# a temporary socket and state dir with a copy of the example manifest and
+# workspace; the "agent" (uid 65534, as the manifest's principals say)
+# makes calls through the CLI, each with its verdict and reason; an
+# operator (root, the approver) approves a call from a second CLI and
+# cancels a task; the audit ledger is verified and shown; the daemon stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 bin=$root/bin
 tmp=$(mktemp -d /tmp/sluice-demo.XXXXXX)
+chmod 0755 "$tmp"
 export SLUICE_SOCKET=$tmp/sluice.sock
-manifest=$root/profiles/examples/manifest.json
+# A copy, so the demo's writes never touch the repository.
+cp -a "$root/profiles/examples" "$tmp/example"
+manifest=$tmp/example/manifest.json
+# The agent's CLI runs as uid 65534 (principal "agent"); the operator's as
+# root (principal "ops", the approver, who may call no tool itself).
+install -m 0755 "$bin/sluice" "$tmp/sluice"
+agent() { setpriv --reuid=65534 --regid=65534 --clear-groups "$tmp/sluice" "$@"; }
+ops() { "$bin/sluice" "$@"; }
 
 cleanup() {
   if [ -n "${pid:-}" ] && kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; fi
@@ -23,18 +33,20 @@ bold "== starting sluiced on $SLUICE_SOCKET (manifest $manifest)"
 "$bin/sluiced" --manifest "$manifest" --socket "$SLUICE_SOCKET" --state-dir "$tmp/state" --run-dir "$tmp/run" \
   --log-level warn 2>"$tmp/sluiced.log" &
 pid=$!
-for _ in $(seq 100); do "$bin/sluice" health >/dev/null 2>&1 && break; sleep 0.05; done
-"$bin/sluice" health
+for _ in $(seq 100); do ops health >/dev/null 2>&1 && break; sleep 0.05; done
+chmod 0666 "$SLUICE_SOCKET" # the demo's own socket: let the agent's uid connect
+ops health
 
-bold "== the tools this agent may call (sluice tools)"
-"$bin/sluice" tools
+bold "== the tools this agent may call (sluice tools, as the agent)"
+agent tools
 
 step() {
   local title=$1 tool=$2 args=$3
+  shift 3
   bold "-- $title"
-  echo "\$ sluice call $tool --args '$args'"
+  echo "\$ sluice call $tool --args '$args'${*:+ $*}"
   set +e
-  out=$("$bin/sluice" call "$tool" --args "$args" 2>"$tmp/err")
+  out=$(agent call "$tool" --args "$args" "$@" 2>"$tmp/err")
   code=$?
   set -e
   if [ -n "$out" ]; then printf '%s\n' "$out" | head -n 8 | sed 's/^/  | /'; fi
@@ -61,16 +73,50 @@ step "a large file: 22 KiB with max_bytes 4096" read_file '{"path":"workspace/sr
 step "a missing file inside the root" read_file '{"path":"workspace/src/missing.py"}'
 step "a tool the manifest does not declare" delete_file '{"path":"workspace/src/calc.py"}'
 
+bold "== writes commit atomically, and only if the file is still what the agent saw"
+step "write a new file" write_file '{"path":"workspace/src/notes.md","content":"# notes\n","if_match":"absent"}'
+sum=$(sed -n 's/.*"sha256": "\(sha256:[0-9a-f]*\)".*/\1/p' <(agent call write_file --json --args '{"path":"workspace/src/notes.md","content":"# notes\nv2\n"}'))
+echo "  (overwritten; the write returned $sum for the next if_match)"
+step "a stale write: if_match names content the file no longer has" write_file \
+  '{"path":"workspace/src/notes.md","content":"# lost update\n","if_match":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}'
+step "a write through a symlink (notes.txt -> ../secret.txt)" write_file '{"path":"workspace/src/notes.txt","content":"x"}'
+step "a write to a never-listed name" write_file '{"path":"workspace/src/.env","content":"x"}'
+
 bold "== execute tools run in a sandbox: read-only mounts, no network, seccomp, limits"
-step "run the project's unit tests (a warm container; .env is masked inside)" run_tests '{}'
+step "run the project's unit tests (a warm container; .env does not exist inside)" run_tests '{}'
 step "the same tool with a command the manifest does not list" run_tests '{"argv":["sh","-c","cat src/.env"]}'
 step "a tool that tries to reach the network" fetch_status '{}'
 step "a command that prints 50 MB into a 2 KiB cap" noisy '{}'
 
+bold "== a call that needs a human: the agent waits, an operator approves from a second CLI"
+echo "\$ sluice call deploy --stream            # the agent"
+agent call deploy --stream >"$tmp/deploy.out" 2>"$tmp/deploy.err" &
+deploy=$!
+for _ in $(seq 200); do grep -q 'waiting for approval' "$tmp/deploy.err" && break; sleep 0.05; done
+sed 's/^/  ! /' "$tmp/deploy.err"
+id=$(sed -n 's/.*waiting for approval \(a-[0-9A-Z]*\).*/\1/p' "$tmp/deploy.err")
+echo "\$ sluice approvals                        # the operator"
+ops approvals | sed 's/^/  | /'
+echo "\$ sluice approve $id --note 'release 1.2, reviewed'"
+ops approve "$id" --note "release 1.2, reviewed" | sed 's/^/  | /'
+wait "$deploy" && echo "=> allow after approval:" && sed 's/^/  | /' "$tmp/deploy.out"
+
+bold "== cancelling a task ends its running command"
+echo "\$ sluice call slow_job --task demo-task --stream --json &   # the agent: sleep 30"
+agent call slow_job --task demo-task --stream --json >"$tmp/slow.out" 2>"$tmp/slow.err" &
+slow=$!
+for _ in $(seq 200); do grep -q '"event":"decision"' "$tmp/slow.out" 2>/dev/null && break; sleep 0.05; done
+echo "\$ sluice tasks cancel demo-task"
+start_ns=$(date +%s%N)
+agent tasks cancel demo-task | sed 's/^/  | /'
+set +e; wait "$slow"; set -e
+echo "=> the job ended after $(( ($(date +%s%N) - start_ns) / 1000000 )) ms: $(sed -n 's/.*"reason":"\([a-z_]*\)".*/\1/p' "$tmp/slow.out" | tail -n 1)"
+step "a new call with the cancelled task" read_file '{"path":"workspace/src/calc.py"}' --task demo-task
+
 bold "== the audit ledger: sluice audit verify"
-"$bin/sluice" audit verify "$tmp/state/audit.jsonl"
+ops audit verify "$tmp/state/audit.jsonl"
 bold "== the last records: sluice audit tail -n 8"
-"$bin/sluice" audit tail -n 8 "$tmp/state/audit.jsonl"
+ops audit tail -n 8 "$tmp/state/audit.jsonl"
 if grep -q "DEMO-SECRET" "$tmp/state/audit.jsonl"; then echo "FAIL: a secret reached the ledger" >&2; exit 1; fi
 echo "(no secret from the workspace appears anywhere in the ledger)"
 

@@ -29,7 +29,8 @@ func main() {
 
 Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--run-dir DIR]
                [--helper PATH] [--uid-range START-END] [--max-containers N]
-               [--queue-timeout D] [--max-conns-per-uid N] [--log-level LEVEL]
+               [--queue-timeout D] [--max-conns-per-uid N] [--shutdown-grace D]
+               [--task-ttl D] [--log-level LEVEL]
 
 Serves HTTP/1.1 on a unix socket; the caller's identity is the socket's peer
 credentials. SIGHUP reloads the manifest (an invalid one is refused and the
@@ -54,6 +55,8 @@ Flags:
 	fs.IntVar(&cfg.MaxContainers, "max-containers", daemon.DefaultMaxContainers(), "containers running commands at once; 4 per CPU by default")
 	fs.DurationVar(&cfg.QueueTimeout, "queue-timeout", daemon.DefaultQueueTimeout, "how long an execute call over --max-containers waits before it ends busy")
 	fs.IntVar(&cfg.MaxConnsPerUID, "max-conns-per-uid", daemon.DefaultMaxConnsPerUID, "open connections one peer uid may hold")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long calls in flight may finish before they are ended with reason shutdown")
+	fs.DurationVar(&cfg.TaskTTL, "task-ttl", daemon.DefaultTaskTTL, "how long a cancelled task stays cancelled (its new calls are denied)")
 	cfg.UIDRange = sandbox.DefaultIDRange
 	fs.Var(&cfg.UIDRange, "uid-range", "containers run as host uids (gid = uid) from `START-END`, inclusive, decimal or 0x hex: one per live container, never a host account's")
 	level := fs.String("log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
@@ -62,8 +65,8 @@ Flags:
 		fs.Usage()
 		os.Exit(2)
 	}
-	if cfg.MaxContainers < 1 || cfg.QueueTimeout <= 0 || cfg.MaxConnsPerUID < 1 {
-		fmt.Fprintln(os.Stderr, "sluiced: --max-containers, --queue-timeout and --max-conns-per-uid must be positive")
+	if cfg.MaxContainers < 1 || cfg.QueueTimeout <= 0 || cfg.MaxConnsPerUID < 1 || cfg.ShutdownGrace <= 0 || cfg.TaskTTL <= 0 {
+		fmt.Fprintln(os.Stderr, "sluiced: --max-containers, --queue-timeout, --max-conns-per-uid, --shutdown-grace and --task-ttl must be positive")
 		os.Exit(2)
 	}
 	var lv slog.Level

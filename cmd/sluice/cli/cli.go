@@ -37,6 +37,11 @@ Commands:
   tools [--json]      List the tools you may call, with their argument schemas.
   health              Show the daemon's status, version and policy_version.
   reload              Reload the manifest (approver principals only; SIGHUP does the same).
+  approvals [--watch] List calls waiting for a human (approvers only).
+  approve ID [--note TEXT], deny ID [--note TEXT]
+                      Decide a waiting call (approvers only); recorded in the audit.
+  tasks cancel TASK   Cancel a task: its commands are killed, waiting calls end,
+                      no late write commits, new calls are denied task_cancelled.
   audit verify FILE   Check the audit ledger's hash chain. Exit 0 intact,
                       1 broken (names the first bad seq).
   audit tail [-n N] [-f] FILE
@@ -82,6 +87,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.reload(rest[1:])
 	case "audit":
 		return e.audit(rest[1:])
+	case "approvals":
+		return e.approvals(rest[1:])
+	case "approve":
+		return e.decide(true, rest[1:])
+	case "deny":
+		return e.decide(false, rest[1:])
+	case "tasks":
+		return e.tasks(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK
@@ -136,7 +149,8 @@ peer credentials; the request cannot name who you are.
 
   --args JSON   the tool's arguments (default {}), e.g. '{"path":"workspace/src/a.py"}'
   --task ID     a task id, recorded in the audit (cancel and revalidation use it)
-  --stream      print output as it arrives (NDJSON events from the daemon)
+  --stream      print output as it arrives (NDJSON events from the daemon); a call
+                that needs approval prints its approval id on stderr at once
   --json        print the whole result as JSON instead of the output
 
 Exit: 0 allowed and ok, 3 denied, 1 allowed but failed, 2 usage or transport.
@@ -170,6 +184,9 @@ func (e *env) call(args []string) int {
 			if *asJSON {
 				fmt.Fprintln(e.stdout, string(ev.Raw))
 				return nil
+			}
+			if ev.Event == api.EventDecision && ev.Verdict == api.VerdictPending {
+				fmt.Fprintf(e.stderr, "sluice: waiting for approval %s (an approver runs: sluice approve %s)\n", ev.ApprovalID, ev.ApprovalID)
 			}
 			if ev.Event == api.EventOutput {
 				w := e.stdout

@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// agentCLI runs the real sluice CLI as uid 65534 (the manifest's agent).
+func agentCLI(t *testing.T, socket string, args ...string) *exec.Cmd {
+	t.Helper()
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	os.Chmod(filepath.Dir(dir), 0o755) // the test's temp root is 0700
+	b, err := os.ReadFile(filepath.Join(binDir, "sluice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sluice")
+	os.WriteFile(bin, b, 0o755)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{"SLUICE_SOCKET=" + socket, "PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	return cmd
+}
+
+func openSocket(t *testing.T, d *daemon) {
+	t.Helper()
+	os.Chmod(filepath.Dir(d.socket), 0o755)
+	os.Chmod(filepath.Dir(filepath.Dir(d.socket)), 0o755)
+	os.Chmod(d.socket, 0o666) // the test's own socket: let uid 65534 in
+}
+
+// TestApprovalAndCancelThroughCLI: an agent's call waits, an operator
+// approves it with a second CLI; a task is cancelled through the CLI.
+func TestApprovalAndCancelThroughCLI(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	os.Chmod(fx.Base, 0o755)
+	m := writeFile(t, fx.Base, "approve.json", `{"schema_version":1,
+	  "principals":{"agent":{"uids":[65534],"tools":["*"]},"ops":{"uids":[0],"approver":true,"tools":[]}},
+	  "tools":{"ask":{"operation":"read","roots":["workspace/src"],"approval":"human"},
+	           "slow":{"operation":"execute","commands":[["sleep","30"]],"timeout_ms":60000,"pool":0}}}`)
+	d := startDaemon(t, m)
+	openSocket(t, d)
+
+	call := agentCLI(t, d.socket, "call", "ask", "--args", `{"path":"workspace/src/a.py"}`, "--stream")
+	var out bytes.Buffer
+	call.Stdout = &out
+	stderr, _ := call.StderrPipe()
+	if err := call.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	id := ""
+	for sc.Scan() {
+		if _, rest, ok := strings.Cut(sc.Text(), "waiting for approval "); ok {
+			id, _, _ = strings.Cut(rest, " ")
+			break
+		}
+	}
+	if id == "" {
+		t.Fatal("the CLI never printed an approval id")
+	}
+	list, _, code := sluice(t, d.socket, "approvals")
+	if code != 0 || !strings.Contains(list, id) || !strings.Contains(list, "agent") {
+		t.Fatalf("sluice approvals: %d %s", code, list)
+	}
+	if o, e, code := sluice(t, d.socket, "approve", id, "--note", "ok by e2e"); code != 0 || !strings.Contains(o, "approved") {
+		t.Fatalf("sluice approve: %d %s %s", code, o, e)
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	if err := call.Wait(); err != nil {
+		t.Fatalf("the approved call: %v", err)
+	}
+	if !strings.Contains(out.String(), "print('hello')") {
+		t.Fatalf("approved output: %q", out.String())
+	}
+	if _, e, code := sluice(t, d.socket, "approve", id); code == 0 {
+		t.Fatalf("re-used approval id accepted: %s", e)
+	}
+
+	slow := agentCLI(t, d.socket, "call", "slow", "--task", "e2e-task", "--stream", "--json")
+	slowOut, _ := slow.StdoutPipe()
+	if err := slow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(slowOut)
+	if !lines.Scan() || !strings.Contains(lines.Text(), `"verdict":"allow"`) {
+		t.Fatalf("slow's first event: %q", lines.Text())
+	}
+	began := time.Now()
+	cancel := agentCLI(t, d.socket, "tasks", "cancel", "e2e-task")
+	if b, err := cancel.CombinedOutput(); err != nil || !strings.Contains(string(b), "cancelled task e2e-task") {
+		t.Fatalf("sluice tasks cancel: %v %s", err, b)
+	}
+	var last string
+	for lines.Scan() {
+		last = lines.Text()
+	}
+	slow.Wait()
+	t.Logf("the cancelled command ended %v after the cancel", time.Since(began))
+	if !strings.Contains(last, `"reason":"task_cancelled"`) {
+		t.Fatalf("slow's result: %s", last)
+	}
+	d.stop()
+	if o, _, code := sluice(t, "", "audit", "verify", d.ledger()); code != 0 {
+		t.Fatalf("audit verify: %s", o)
+	}
+}
+
+// TestWriteKilledMidway: sluiced is SIGKILLed while writes of 700 KiB run;
+// after a restart the file holds one whole version and no temp file is
+// left.
+func TestWriteKilledMidway(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	m := writeFile(t, fx.Base, "write.json", `{"schema_version":1,"tools":{
+	  "w":{"operation":"write","roots":["workspace/src"],"max_bytes":8388608}}}`)
+	target := filepath.Join(fx.Base, "workspace/src/big.bin")
+	versions := map[string]bool{}
+	for _, c := range []string{"A", "B", "C", "D"} {
+		versions[strings.Repeat(c, 700<<10)] = true
+	}
+	os.WriteFile(target, []byte(strings.Repeat("A", 700<<10)), 0o644)
+	d := startDaemon(t, m)
+	results := make(chan error, 64)
+	go func() {
+		for i := 0; ; i++ {
+			c := []string{"B", "C", "D", "A"}[i%4]
+			args, _ := json.Marshal(map[string]any{"path": "workspace/src/big.bin", "content": strings.Repeat(c, 700<<10)})
+			_, err := d.c.Call(context.Background(), api.CallRequest{Tool: "w", Args: args})
+			results <- err
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// Let a few writes commit, then kill while the next is under way.
+	for i := 0; i < 3; i++ {
+		if err := <-results; err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	d.cmd.Process.Kill()
+	<-d.exited
+	d.cmd = nil
+	<-results // the write in flight fails with the daemon
+	d.start()
+	d.stop()
+	b, _ := os.ReadFile(target)
+	if !versions[string(b)] {
+		t.Fatalf("the file is torn: %d bytes, starting %q", len(b), b[:min(8, len(b))])
+	}
+	ents, _ := os.ReadDir(filepath.Dir(target))
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".sluice-tmp-") {
+			t.Fatalf("a temp file survived the restart: %s", e.Name())
+		}
+	}
+	if o, _, code := sluice(t, "", "audit", "verify", d.ledger()); code != 0 {
+		t.Fatalf("audit verify after the crash: %s", o)
+	}
+}

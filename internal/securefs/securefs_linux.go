@@ -378,11 +378,11 @@ func fdPath(f *os.File) (string, error) {
 func classify(err error) error {
 	switch err {
 	case unix.EXDEV, unix.ELOOP:
-		return fmt.Errorf("%w (%v)", ErrPathEscapes, err)
+		return fmt.Errorf("%w (%w)", ErrPathEscapes, err)
 	case unix.ENOENT, unix.ENOTDIR:
-		return fmt.Errorf("%w (%v)", ErrNotExist, err)
+		return fmt.Errorf("%w (%w)", ErrNotExist, err)
 	case unix.ENAMETOOLONG, unix.EINVAL:
-		return fmt.Errorf("%w (%v)", ErrInvalidPath, err)
+		return fmt.Errorf("%w (%w)", ErrInvalidPath, err)
 	}
 	return err
 }
@@ -394,15 +394,15 @@ func classifyRootErr(err error) error {
 	if errors.As(err, &errno) {
 		switch errno {
 		case unix.ENOENT, unix.ENOTDIR:
-			return fmt.Errorf("%w (%v)", ErrNotExist, err)
+			return fmt.Errorf("%w (%w)", ErrNotExist, err)
 		case unix.ENAMETOOLONG, unix.EINVAL:
-			return fmt.Errorf("%w (%v)", ErrInvalidPath, err)
+			return fmt.Errorf("%w (%w)", ErrInvalidPath, err)
 		}
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w (%v)", ErrNotExist, err)
+		return fmt.Errorf("%w (%w)", ErrNotExist, err)
 	}
-	return fmt.Errorf("%w (%v)", ErrPathEscapes, err)
+	return fmt.Errorf("%w (%w)", ErrPathEscapes, err)
 }
 
 // ResolveNoFollow resolves unsafePath beneath r without following any

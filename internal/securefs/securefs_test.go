@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -272,4 +274,18 @@ func FuzzResolve(f *testing.F) {
 			t.Fatalf("ESCAPE: %q resolved to %q", p, hp)
 		}
 	})
+}
+
+// TestErrorsKeepErrno: a classified error matches its sentinel and still
+// matches the kernel's errno.
+func TestErrorsKeepErrno(t *testing.T) {
+	for _, tc := range []struct {
+		errno    unix.Errno
+		sentinel error
+	}{{unix.EXDEV, ErrPathEscapes}, {unix.ELOOP, ErrPathEscapes}, {unix.ENOENT, ErrNotExist}, {unix.ENOTDIR, ErrNotExist}, {unix.ENAMETOOLONG, ErrInvalidPath}} {
+		err := classify(tc.errno)
+		if !errors.Is(err, tc.sentinel) || !errors.Is(err, tc.errno) {
+			t.Errorf("%v: classified %v matches sentinel %v, errno %v", tc.errno, err, errors.Is(err, tc.sentinel), errors.Is(err, tc.errno))
+		}
+	}
 }

@@ -8,46 +8,53 @@ const Version = "0.1.0"
 // DefaultSocket is where sluiced listens unless --socket says otherwise.
 const DefaultSocket = "/run/sluice/sluice.sock"
 
+// Verdict is a decision's outcome: allow, deny, or pending (waiting for
+// a human).
+type Verdict string
+
 // Verdicts.
 const (
-	VerdictAllow   = "allow"
-	VerdictDeny    = "deny"
-	VerdictPending = "pending"
+	VerdictAllow   Verdict = "allow"
+	VerdictDeny    Verdict = "deny"
+	VerdictPending Verdict = "pending"
 )
+
+// Reason is a stable reason code (see Reasons).
+type Reason string
 
 // Reason codes are stable strings: tooling keys statistics and replay on
 // them, so they are never reworded.
 const (
-	ReasonAllowed             = "allowed"
-	ReasonUnknownTool         = "unknown_tool"
-	ReasonPrincipalNotAllowed = "principal_not_allowed"
-	ReasonInvalidArgs         = "invalid_args"
-	ReasonInvalidPath         = "invalid_path"
-	ReasonOutsideRoots        = "outside_roots"
-	ReasonNeverListed         = "never_listed"
-	ReasonNotFound            = "not_found"
-	ReasonNotAFile            = "not_a_file"
-	ReasonNotADirectory       = "not_a_directory"
-	ReasonUnsupportedFileType = "unsupported_file_type"
-	ReasonCommandNotAllowed   = "command_not_allowed"
-	ReasonApprovalRequired    = "approval_required"
-	ReasonApprovalDenied      = "approval_denied"
-	ReasonApprovalExpired     = "approval_expired"
-	ReasonTaskCancelled       = "task_cancelled"
-	ReasonPreconditionFailed  = "precondition_failed"
-	ReasonAuditUnavailable    = "audit_unavailable"
-	ReasonTimeout             = "timeout"
-	ReasonLimitExceeded       = "limit_exceeded"
-	ReasonBusy                = "busy"     // no container slot within the queue wait; nothing ran
-	ReasonShutdown            = "shutdown" // sluiced stopped before the call finished
-	ReasonInternalError       = "internal_error"
+	ReasonAllowed             Reason = "allowed"
+	ReasonUnknownTool         Reason = "unknown_tool"
+	ReasonPrincipalNotAllowed Reason = "principal_not_allowed"
+	ReasonInvalidArgs         Reason = "invalid_args"
+	ReasonInvalidPath         Reason = "invalid_path"
+	ReasonOutsideRoots        Reason = "outside_roots"
+	ReasonNeverListed         Reason = "never_listed"
+	ReasonNotFound            Reason = "not_found"
+	ReasonNotAFile            Reason = "not_a_file"
+	ReasonNotADirectory       Reason = "not_a_directory"
+	ReasonUnsupportedFileType Reason = "unsupported_file_type"
+	ReasonCommandNotAllowed   Reason = "command_not_allowed"
+	ReasonApprovalRequired    Reason = "approval_required"
+	ReasonApprovalDenied      Reason = "approval_denied"
+	ReasonApprovalExpired     Reason = "approval_expired"
+	ReasonTaskCancelled       Reason = "task_cancelled"
+	ReasonPreconditionFailed  Reason = "precondition_failed"
+	ReasonAuditUnavailable    Reason = "audit_unavailable"
+	ReasonTimeout             Reason = "timeout"
+	ReasonLimitExceeded       Reason = "limit_exceeded"
+	ReasonBusy                Reason = "busy"     // no container slot within the queue wait; nothing ran
+	ReasonShutdown            Reason = "shutdown" // sluiced stopped before the call finished
+	ReasonInternalError       Reason = "internal_error"
 	// ReasonUnavailable is what an opaque manifest (deny_detail "opaque")
 	// shows a denied caller instead of the real reason.
 	ReasonUnavailable = "unavailable"
 )
 
 // Reasons lists every stable reason code, for documentation and tests.
-var Reasons = []string{
+var Reasons = []Reason{
 	ReasonAllowed, ReasonUnknownTool, ReasonPrincipalNotAllowed, ReasonInvalidArgs,
 	ReasonInvalidPath, ReasonOutsideRoots, ReasonNeverListed, ReasonNotFound,
 	ReasonNotAFile, ReasonNotADirectory, ReasonUnsupportedFileType,
@@ -57,13 +64,35 @@ var Reasons = []string{
 	ReasonInternalError,
 }
 
+// Operation is what a tool does.
+type Operation string
+
 // Operations a tool may perform.
 const (
-	OpRead    = "read"
-	OpList    = "list"
-	OpWrite   = "write"
-	OpDelete  = "delete"
-	OpExecute = "execute"
+	OpRead    Operation = "read"
+	OpList    Operation = "list"
+	OpWrite   Operation = "write"
+	OpDelete  Operation = "delete"
+	OpExecute Operation = "execute"
+)
+
+// Kind is what a path names, as the kernel says (fstat of the resolved
+// fd, or fstatat of a final name that is not followed). One type for the
+// resolver, the policy and the audit.
+type Kind string
+
+// File kinds.
+const (
+	KindFile    Kind = "file"
+	KindDir     Kind = "dir"
+	KindSymlink Kind = "symlink"
+	KindFIFO    Kind = "fifo"
+	KindSocket  Kind = "socket"
+	KindDevice  Kind = "device"
+	KindOther   Kind = "other"
+	// KindAbsent: a write's or delete's final name does not exist (its
+	// parent does).
+	KindAbsent Kind = "absent"
 )
 
 // CallRequest is the body of POST /v1/calls. Args is kept raw: its schema
@@ -105,8 +134,8 @@ type ExecArgs struct {
 // untrusted data: it is whatever the file or command produced.
 type CallResult struct {
 	CallID        string  `json:"call_id"`
-	Verdict       string  `json:"verdict"`
-	Reason        string  `json:"reason"`
+	Verdict       Verdict `json:"verdict"`
+	Reason        Reason  `json:"reason"`
 	OK            bool    `json:"ok"`
 	Output        *string `json:"output,omitempty"`
 	OutputB64     string  `json:"output_b64,omitempty"`
@@ -125,9 +154,9 @@ type CallResult struct {
 
 // OpaqueDenial is what a caller sees of a denial under deny_detail "opaque".
 type OpaqueDenial struct {
-	CallID  string `json:"call_id"`
-	Verdict string `json:"verdict"`
-	Reason  string `json:"reason"`
+	CallID  string  `json:"call_id"`
+	Verdict Verdict `json:"verdict"`
+	Reason  Reason  `json:"reason"`
 }
 
 // Entry is one line of a list tool's output.
@@ -153,11 +182,11 @@ const (
 // DecisionEvent is the first line of a streamed call (and, for a call that
 // waited for a human, the line that announces the final verdict).
 type DecisionEvent struct {
-	Event      string `json:"event"`
-	CallID     string `json:"call_id"`
-	Verdict    string `json:"verdict"`
-	Reason     string `json:"reason"`
-	ApprovalID string `json:"approval_id,omitempty"`
+	Event      string  `json:"event"`
+	CallID     string  `json:"call_id"`
+	Verdict    Verdict `json:"verdict"`
+	Reason     Reason  `json:"reason"`
+	ApprovalID string  `json:"approval_id,omitempty"`
 }
 
 // OutputEvent carries bytes as they arrive; Data when they are UTF-8, else
@@ -199,7 +228,7 @@ type Health struct {
 // function definition.
 type Tool struct {
 	Name        string          `json:"name"`
-	Operation   string          `json:"operation"`
+	Operation   Operation       `json:"operation"`
 	Description string          `json:"description"`
 	ArgsSchema  json.RawMessage `json:"args_schema"`
 }

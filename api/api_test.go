@@ -18,13 +18,13 @@ func TestReasonsDocumented(t *testing.T) {
 		t.Fatal("README has no \"## Reason codes\" section")
 	}
 	table, _, _ = strings.Cut(table, "\n## ")
-	seen := map[string]bool{}
+	seen := map[Reason]bool{}
 	for _, r := range Reasons {
 		if seen[r] {
 			t.Errorf("%s is listed twice in Reasons", r)
 		}
 		seen[r] = true
-		if !strings.Contains(table, "| `"+r+"`") && !strings.Contains(table, ", `"+r+"`") {
+		if !strings.Contains(table, "| `"+string(r)+"`") && !strings.Contains(table, ", `"+string(r)+"`") {
 			t.Errorf("README's reason code table has no row for %s", r)
 		}
 	}

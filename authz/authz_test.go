@@ -132,7 +132,7 @@ const multi = `{"schema_version":1,
    "run":{"operation":"execute","commands":[["make","test"],["make","lint"]]},
    "one":{"operation":"execute","commands":[["true"]]}}}`
 
-func ok(rel, kind string) Resource {
+func ok(rel string, kind api.Kind) Resource {
 	return Resource{Outcome: OutcomeOK, Rel: rel, Kind: kind, Path: "/x/" + rel}
 }
 
@@ -142,7 +142,7 @@ func TestDecide(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		req  Request
-		want string
+		want api.Reason
 		rule string
 	}{
 		{"unknown tool", Request{Principal: "ci", Tool: "nope"}, api.ReasonUnknownTool, ""},
@@ -195,14 +195,14 @@ func TestDecide(t *testing.T) {
 		if d.Reason != tc.want || d.Rule != tc.rule {
 			t.Errorf("%s: got %s (%s), want %s (%s)", tc.name, d.Reason, d.Rule, tc.want, tc.rule)
 		}
-		if d.Allow != (tc.want == api.ReasonAllowed) {
-			t.Errorf("%s: allow=%t with reason %s", tc.name, d.Allow, d.Reason)
+		if d.Allowed() != (tc.want == api.ReasonAllowed) {
+			t.Errorf("%s: allow=%t with reason %s", tc.name, d.Allowed(), d.Reason)
 		}
 	}
-	if (Decision{}).Allow || (Decision{}).Verdict() != api.VerdictDeny {
+	if (Decision{}).Allowed() || (Decision{}).WireVerdict() != api.VerdictDeny {
 		t.Fatal("the zero Decision must deny")
 	}
-	if d := Decide(nil, &Request{}); d.Allow {
+	if d := Decide(nil, &Request{}); d.Allowed() {
 		t.Fatal("nil manifest allowed")
 	}
 }
@@ -294,7 +294,7 @@ func BenchmarkDecide(b *testing.B) {
 		Resolved: []Resource{{Outcome: OutcomeOK, Rel: "pkg/module/file.py", Kind: KindFile, Path: "/b/ws/src37/pkg/module/file.py"}}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if d := Decide(m, req); !d.Allow {
+		if d := Decide(m, req); !d.Allowed() {
 			b.Fatal(d.Reason)
 		}
 	}

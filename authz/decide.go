@@ -94,7 +94,7 @@ func (m *Manifest) ToolNames(principal string) []string {
 
 // CheckPath is the lexical pre-check of an untrusted path (DESIGN §1 step 3).
 // It returns "" when the path may be handed to the resolver, else the reason.
-func CheckPath(unsafePath string) string {
+func CheckPath(unsafePath string) api.Reason {
 	switch {
 	case unsafePath == "", len(unsafePath) > MaxPathBytes,
 		strings.IndexByte(unsafePath, 0) >= 0, strings.HasPrefix(unsafePath, "/"):
@@ -214,18 +214,16 @@ const (
 	OutcomeError    = "error"     // anything else: fail closed
 )
 
-// File kinds of a resolved resource.
+// File kinds of a resolved resource: the one api.Kind type.
 const (
-	KindFile    = "file"
-	KindDir     = "dir"
-	KindSymlink = "symlink"
-	KindFIFO    = "fifo"
-	KindSocket  = "socket"
-	KindDevice  = "device"
-	KindOther   = "other"
-	// KindAbsent: a write or delete's final name does not exist (its
-	// parent does).
-	KindAbsent = "absent"
+	KindFile    = api.KindFile
+	KindDir     = api.KindDir
+	KindSymlink = api.KindSymlink
+	KindFIFO    = api.KindFIFO
+	KindSocket  = api.KindSocket
+	KindDevice  = api.KindDevice
+	KindOther   = api.KindOther
+	KindAbsent  = api.KindAbsent
 )
 
 // Resource is what the resolver found for a path under one root. It is
@@ -234,11 +232,11 @@ type Resource struct {
 	Root int `json:"root"`
 	// RootPath is the root as the manifest writes it: replay matches a
 	// recorded resolution to a root of another manifest by it.
-	RootPath string `json:"root_path,omitempty"`
-	Outcome  string `json:"outcome"`
-	Path     string `json:"path,omitempty"` // absolute, as the kernel names the opened fd
-	Rel      string `json:"rel,omitempty"`  // resolved path relative to the root
-	Kind     string `json:"kind,omitempty"`
+	RootPath string   `json:"root_path,omitempty"`
+	Outcome  string   `json:"outcome"`
+	Path     string   `json:"path,omitempty"` // absolute, as the kernel names the opened fd
+	Rel      string   `json:"rel,omitempty"`  // resolved path relative to the root
+	Kind     api.Kind `json:"kind,omitempty"`
 }
 
 // Request is an already-parsed, already-resolved call.
@@ -265,27 +263,36 @@ type Request struct {
 
 // Decision is the outcome of Decide. The zero value denies.
 type Decision struct {
-	Allow    bool
-	Reason   string
+	// Verdict is allow, deny or pending; the zero value ("") denies.
+	Verdict  api.Verdict
+	Reason   api.Reason
 	Rule     string
 	Resource *Resource // the resource that decided, when one did
-	// Pending is set with Reason approval_required: the call must wait for
-	// a human before it may run.
-	Pending bool
 }
 
-// Verdict renders the decision for the wire.
-func (d Decision) Verdict() string {
-	switch {
-	case d.Pending:
-		return api.VerdictPending
-	case d.Allow:
-		return api.VerdictAllow
+// Allowed reports whether the call may run now.
+func (d Decision) Allowed() bool { return d.Verdict == api.VerdictAllow }
+
+// Pending reports whether the call must wait for a human
+// (approval_required).
+func (d Decision) Pending() bool { return d.Verdict == api.VerdictPending }
+
+// WireVerdict is the verdict for the wire and the ledger: the zero value
+// is a denial.
+func (d Decision) WireVerdict() api.Verdict {
+	if d.Verdict == "" {
+		return api.VerdictDeny
 	}
-	return api.VerdictDeny
+	return d.Verdict
 }
 
-func deny(reason, rule string) Decision { return Decision{Reason: reason, Rule: rule} }
+func deny(reason api.Reason, rule string) Decision {
+	return Decision{Verdict: api.VerdictDeny, Reason: reason, Rule: rule}
+}
+
+func allow(rule string) Decision {
+	return Decision{Verdict: api.VerdictAllow, Reason: api.ReasonAllowed, Rule: rule}
+}
 
 // Decide is the pure authorization function: default deny, a stable reason
 // code and the rule that matched. It never touches the filesystem; the
@@ -326,15 +333,14 @@ func Decide(m *Manifest, req *Request) Decision {
 	default:
 		return deny(api.ReasonInternalError, tkey)
 	}
-	if !d.Allow {
+	if !d.Allowed() {
 		return d
 	}
 	if t.Approval == "human" {
 		if req.Approved {
 			return d // the approver's record says who; the rule stays the match
 		}
-		d.Allow = false
-		d.Pending = true
+		d.Verdict = api.VerdictPending
 		d.Reason = api.ReasonApprovalRequired
 		d.Rule = tkey + ".approval"
 	}
@@ -352,7 +358,7 @@ func decideExec(t *Tool, ix *toolIndex, req *Request) Decision {
 	}
 	for i, c := range t.Commands {
 		if slices.Equal(c, argv) {
-			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: ix.commandKeys[i]}
+			return allow(ix.commandKeys[i])
 		}
 	}
 	return deny(api.ReasonCommandNotAllowed, tkey+".commands")
@@ -429,19 +435,19 @@ func outcomeDenial(outcome, rootKey string) (Decision, int) {
 	return deny(api.ReasonInternalError, rootKey), 0
 }
 
-func kindCheck(op, kind, rootKey string) Decision {
+func kindCheck(op api.Operation, kind api.Kind, rootKey string) Decision {
 	switch op {
 	case api.OpRead:
 		switch kind {
 		case KindFile:
-			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: rootKey}
+			return allow(rootKey)
 		case KindDir:
 			return deny(api.ReasonNotAFile, rootKey)
 		}
 		return deny(api.ReasonUnsupportedFileType, rootKey)
 	case api.OpList:
 		if kind == KindDir {
-			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: rootKey}
+			return allow(rootKey)
 		}
 		return deny(api.ReasonNotADirectory, rootKey)
 	case api.OpWrite:
@@ -449,7 +455,7 @@ func kindCheck(op, kind, rootKey string) Decision {
 		// there is refused and what it points to stays untouched.
 		switch kind {
 		case KindFile, KindAbsent:
-			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: rootKey}
+			return allow(rootKey)
 		case KindDir:
 			return deny(api.ReasonNotAFile, rootKey)
 		}
@@ -458,7 +464,7 @@ func kindCheck(op, kind, rootKey string) Decision {
 		// A symlink itself may be removed; it is never followed.
 		switch kind {
 		case KindFile, KindSymlink:
-			return Decision{Allow: true, Reason: api.ReasonAllowed, Rule: rootKey}
+			return allow(rootKey)
 		case KindAbsent:
 			return deny(api.ReasonNotFound, rootKey)
 		case KindDir:

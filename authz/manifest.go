@@ -64,7 +64,7 @@ type Principal struct {
 // Tool is one tool's rule. Execute-only and write-only keys are validated
 // here even where the daemon does not run that operation yet.
 type Tool struct {
-	Operation   string            `json:"operation"`
+	Operation   api.Operation     `json:"operation"`
 	Description string            `json:"description,omitempty"`
 	Roots       []string          `json:"roots,omitempty"`
 	Never       []string          `json:"never,omitempty"`
@@ -350,7 +350,7 @@ var commonValidators = []validator{validateDescription, validateMaxBytes, valida
 
 // opValidators is the one place that says which operations exist and
 // what each one's keys are.
-var opValidators = map[string][]validator{
+var opValidators = map[api.Operation][]validator{
 	api.OpRead:    {validateRoots, onlyKeys()},
 	api.OpList:    {validateRoots, onlyKeys()},
 	api.OpWrite:   {validateRoots, onlyKeys("mode", "file_mode"), validateWriteMode},

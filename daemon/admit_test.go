@@ -196,7 +196,7 @@ func holdCall(t *testing.T, h *harness, tool string) (cancel func(), done <-chan
 			return nil
 		})
 		if err != nil {
-			r = &api.CallResult{Reason: "client: " + err.Error()}
+			r = &api.CallResult{Reason: api.Reason("client: " + err.Error())}
 		}
 		res <- r
 	}()
@@ -261,7 +261,7 @@ func TestContainerAdmission(t *testing.T) {
 			t.Fatalf("busy after %v, before its queue timeout of %v", waited, queue)
 		}
 		t.Logf("busy after %v (queue timeout %v)", waited, queue)
-		if rec := ledgerResult(t, h, res.CallID); rec["reason"] != api.ReasonBusy {
+		if rec := ledgerResult(t, h, res.CallID); rec["reason"] != string(api.ReasonBusy) {
 			t.Fatalf("ledger result: %v", rec)
 		}
 		cancel()
@@ -286,7 +286,7 @@ func TestContainerAdmission(t *testing.T) {
 			t.Fatalf("stream: %v", err)
 		}
 		gone := <-decided
-		if rec := ledgerResult(t, h, gone); rec["reason"] != api.ReasonInternalError {
+		if rec := ledgerResult(t, h, gone); rec["reason"] != string(api.ReasonInternalError) {
 			t.Fatalf("the call that left: %v", rec)
 		}
 		begin := time.Now()

@@ -396,7 +396,7 @@ func TestStream(t *testing.T) {
 	for _, tc := range []struct {
 		path   string
 		events string
-		reason string
+		reason api.Reason
 	}{
 		{"workspace/src/a.py", "decision output result", "allowed"},
 		{"workspace/src/../secret.txt", "decision result", "outside_roots"},

@@ -24,7 +24,7 @@ type probeTool struct {
 	name   string
 	argv   []string
 	extra  string // more manifest keys
-	reason string
+	reason api.Reason
 	want   string // in stdout+stderr
 	ok     *bool
 }
@@ -210,7 +210,7 @@ func TestExecuteOutputAndStreaming(t *testing.T) {
 	// argv must match a command exactly; omitted argv needs a single command
 	for _, tc := range []struct {
 		args   string
-		reason string
+		reason api.Reason
 	}{{`{"argv":["echo","b"]}`, "allowed"}, {`{"argv":["echo","c"]}`, "command_not_allowed"},
 		{`{"argv":["echo"]}`, "command_not_allowed"}, {`{}`, "invalid_args"}, {`{"argv":"echo a"}`, "400"}} {
 		code, body := h.raw(`{"tool":"two","args":` + tc.args + `}`)

@@ -34,10 +34,10 @@ const (
 	resolveParent                     // write, delete: the parent dir and a final name
 )
 
-var operations map[string]*opSpec
+var operations map[api.Operation]*opSpec
 
 func init() {
-	operations = map[string]*opSpec{
+	operations = map[api.Operation]*opSpec{
 		api.OpRead: {
 			decode: decodePathArgs, resolve: resolveExisting,
 			schema: pathSchema(nil),

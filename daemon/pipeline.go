@@ -43,7 +43,7 @@ var (
 )
 
 // endReason maps why a call's context ended to its stable reason.
-func (c *call) endReason() string {
+func (c *call) endReason() api.Reason {
 	switch context.Cause(c.ctx) {
 	case errTaskCancelled:
 		return api.ReasonTaskCancelled
@@ -106,7 +106,7 @@ func (c *call) pipeline(em emitter) {
 	c.resolve()
 	c.dec = authz.Decide(c.p.m, &c.areq)
 	c.checkTask()
-	if c.dec.Pending && !c.awaitApproval(em) {
+	if c.dec.Pending() && !c.awaitApproval(em) {
 		return
 	}
 	seq, err := c.auditDecision()
@@ -115,7 +115,7 @@ func (c *call) pipeline(em emitter) {
 		c.finishDenied(em, 0)
 		return
 	}
-	if !c.dec.Allow {
+	if !c.dec.Allowed() {
 		c.finishDenied(em, seq)
 		return
 	}
@@ -171,7 +171,7 @@ func (c *call) failClosed() {
 // outcome is what executing an allowed call produced.
 type outcome struct {
 	ok        bool
-	reason    string
+	reason    api.Reason
 	output    []byte
 	stderr    []byte
 	truncated bool
@@ -190,11 +190,11 @@ func (c *call) principalRecord() *audit.Principal {
 func (c *call) auditDecision() (uint64, error) {
 	rec := &audit.Record{
 		Kind: audit.KindDecision, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
-		Tool: c.req.Tool, Args: c.argsRecord, Verdict: c.dec.Verdict(), Reason: c.dec.Reason,
+		Tool: c.req.Tool, Args: c.argsRecord, Verdict: string(c.dec.WireVerdict()), Reason: string(c.dec.Reason),
 		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version, ApprovalID: c.approvalID,
 	}
 	if c.tool != nil {
-		rec.Operation = c.tool.Operation
+		rec.Operation = string(c.tool.Operation)
 	}
 	if c.dec.Resource != nil {
 		rec.Resource = c.dec.Resource.Path
@@ -215,7 +215,7 @@ func (c *call) auditDecision() (uint64, error) {
 func (c *call) auditResult(o *outcome) (uint64, error) {
 	rec := &audit.Record{
 		Kind: audit.KindResult, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
-		Tool: c.req.Tool, Verdict: c.dec.Verdict(), Reason: o.reason, PolicyVersion: c.p.m.Version,
+		Tool: c.req.Tool, Verdict: string(c.dec.WireVerdict()), Reason: string(o.reason), PolicyVersion: c.p.m.Version,
 		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated,
 			DurationMS: c.elapsedMS(), ExitCode: o.exitCode, SHA256: o.digest, Size: o.size},
 	}

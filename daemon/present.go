@@ -14,7 +14,7 @@ import (
 // (deny_detail "opaque"). It is the one place that decides it; present and
 // decisionEvent both ask it.
 func (c *call) opaque() bool {
-	return !c.dec.Allow && !c.dec.Pending && c.p.m.DenyDetail == "opaque"
+	return !c.dec.Allowed() && !c.dec.Pending() && c.p.m.DenyDetail == "opaque"
 }
 
 // present renders the call's result for the wire, output included.
@@ -23,7 +23,7 @@ func (c *call) present(o *outcome) api.CallResult {
 		return api.CallResult{CallID: c.id, Verdict: api.VerdictDeny, Reason: api.ReasonUnavailable}
 	}
 	res := api.CallResult{
-		CallID: c.id, Verdict: c.dec.Verdict(), Reason: c.dec.Reason,
+		CallID: c.id, Verdict: c.dec.WireVerdict(), Reason: c.dec.Reason,
 		PolicyVersion: c.p.m.Version, DurationMS: c.elapsedMS(),
 	}
 	if c.dec.Resource != nil && c.dec.Resource.Path != "" && c.dec.Reason != api.ReasonOutsideRoots {
@@ -43,7 +43,7 @@ func (c *call) present(o *outcome) api.CallResult {
 
 // decisionEvent is the first line of a streamed call.
 func (c *call) decisionEvent() api.DecisionEvent {
-	ev := api.DecisionEvent{Event: api.EventDecision, CallID: c.id, Verdict: c.dec.Verdict(), Reason: c.dec.Reason}
+	ev := api.DecisionEvent{Event: api.EventDecision, CallID: c.id, Verdict: c.dec.WireVerdict(), Reason: c.dec.Reason}
 	if c.opaque() {
 		ev.Reason = api.ReasonUnavailable
 	}

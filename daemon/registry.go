@@ -181,7 +181,7 @@ func (g *registry) wait(ctx context.Context) bool {
 // checkTask denies a call whose task is cancelled (task_cancelled), after
 // Decide: authz is pure and knows no tasks.
 func (c *call) checkTask() {
-	if c.dec.Allow || c.dec.Pending {
+	if c.dec.Allowed() || c.dec.Pending() {
 		if c.d.calls.cancelled(c.req.Task) {
 			c.dec = authz.Decision{Reason: api.ReasonTaskCancelled, Rule: "task"}
 		}

@@ -61,7 +61,7 @@ func TestWrites(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args map[string]any
-		want string // reason
+		want api.Reason
 	}{
 		{"if_match wrong", map[string]any{"path": "workspace/src/new.txt", "content": "x", "if_match": digest("one")}, api.ReasonPreconditionFailed},
 		{"if_match absent on an existing file", map[string]any{"path": "workspace/src/new.txt", "content": "x", "if_match": "absent"}, api.ReasonPreconditionFailed},
@@ -204,7 +204,10 @@ func TestDeletes(t *testing.T) {
 	if !strings.Contains(string(h.ledger()), `"size":3`) {
 		t.Error("the result record lacks the removed file's size")
 	}
-	for _, tc := range []struct{ path, want string }{
+	for _, tc := range []struct {
+		path string
+		want api.Reason
+	}{
 		{"workspace/src/gone.txt", api.ReasonNotFound},
 		{"workspace/src/sub", api.ReasonNotAFile},
 		{"workspace/src/.env", api.ReasonNeverListed},

@@ -1,6 +1,8 @@
 package escapetest
 
 import (
+	"github.com/sluicehq/sluice/api"
+
 	"fmt"
 	"net"
 	"os"
@@ -27,9 +29,9 @@ const (
 // Case is one escape attempt (or one legitimate call that must work).
 type Case struct {
 	Name string
-	Op   string // Read or List
-	Path string // as a model sends it: relative to base
-	Want string // reason code
+	Op   string     // Read or List
+	Path string     // as a model sends it: relative to base
+	Want api.Reason // reason code
 	// Resolved, when set, is the path relative to base that the kernel
 	// must have opened (checked against the result's resource).
 	Resolved string

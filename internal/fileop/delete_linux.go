@@ -9,13 +9,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
 // DeleteResult describes what was removed.
 type DeleteResult struct {
 	// Kind is securefs.KindFile or securefs.KindSymlink.
-	Kind string
+	Kind api.Kind
 	// SHA256 is "sha256:<hex>" of the file's content or, for a symlink,
 	// of its target string (the link is removed, its target never read).
 	SHA256 string

@@ -1,6 +1,8 @@
 package fileop
 
 import (
+	"github.com/sluicehq/sluice/api"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -478,7 +480,7 @@ func TestWriteRefusesNonRegular(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		kind string
+		kind api.Kind
 	}{{"sub", securefs.KindDir}, {"fifo", securefs.KindFIFO}} {
 		_, err := Write(f.parent(t, c.name), []byte("x"), WriteOptions{Mode: CreateOrOverwrite})
 		var ke *KindError
@@ -580,7 +582,7 @@ func TestStat(t *testing.T) {
 	if err := unix.Mkfifo(filepath.Join(f.dir, "fifo"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"file": securefs.KindFile, "link": securefs.KindSymlink, "sub": securefs.KindDir, "fifo": securefs.KindFIFO, "nope": KindAbsent}
+	want := map[string]api.Kind{"file": securefs.KindFile, "link": securefs.KindSymlink, "sub": securefs.KindDir, "fifo": securefs.KindFIFO, "nope": KindAbsent}
 	for name, kind := range want {
 		cur, err := f.parent(t, name).Stat()
 		if err != nil || cur.Kind != kind || cur.Exists() != (kind != KindAbsent) {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -45,7 +46,7 @@ var (
 // KindError says what non-regular file a name turned out to be.
 type KindError struct {
 	Name string
-	Kind string // a securefs.Kind* constant
+	Kind api.Kind
 }
 
 func (e *KindError) Error() string {
@@ -157,12 +158,12 @@ func (p *Parent) Locate() (abs, rel string, err error) {
 }
 
 // KindAbsent is Current.Kind when the name does not exist.
-const KindAbsent = "absent"
+const KindAbsent = api.KindAbsent
 
 // Current is what the final name is now, from fstatat without following
 // it: KindAbsent or a securefs.Kind* constant, with the stat fields.
 type Current struct {
-	Kind     string
+	Kind     api.Kind
 	Size     int64
 	Mode     uint32 // st_mode, type and permission bits
 	UID, GID uint32
@@ -192,7 +193,7 @@ func (c Current) SHA256() (string, error) {
 	return c.sum.val, c.sum.err
 }
 
-func (c Current) kindOrAbsent() string {
+func (c Current) kindOrAbsent() api.Kind {
 	if c.Kind == "" {
 		return KindAbsent
 	}
@@ -276,7 +277,7 @@ func (p *Parent) Stat() (Current, error) {
 	return c, nil
 }
 
-func kindOf(mode uint32) string {
+func kindOf(mode uint32) api.Kind {
 	switch mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		return securefs.KindFile

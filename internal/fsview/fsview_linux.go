@@ -15,6 +15,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -231,7 +232,7 @@ func (n *node) resolve() (*securefs.Handle, syscall.Errno) {
 
 // shown: a view has directories, regular files and symlinks. Sockets
 // (a host service), FIFOs and devices do not exist in it.
-func shown(kind string) bool {
+func shown(kind api.Kind) bool {
 	return kind == securefs.KindDir || kind == securefs.KindFile || kind == securefs.KindSymlink
 }
 

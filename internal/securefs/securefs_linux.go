@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/api"
 )
 
 // Sentinel errors. Callers classify with errors.Is; the wrapped errno is
@@ -180,15 +182,15 @@ func (r *Root) RootOf(h *Handle) (*Root, error) {
 	return newRoot(os.NewFile(uintptr(fd), h.f.Name()), r.mode)
 }
 
-// File kinds, from fstat of the resolved fd.
+// File kinds, from fstat of the resolved fd: the one api.Kind type.
 const (
-	KindFile    = "file"
-	KindDir     = "dir"
-	KindSymlink = "symlink"
-	KindFIFO    = "fifo"
-	KindSocket  = "socket"
-	KindDevice  = "device"
-	KindOther   = "other"
+	KindFile    = api.KindFile
+	KindDir     = api.KindDir
+	KindSymlink = api.KindSymlink
+	KindFIFO    = api.KindFIFO
+	KindSocket  = api.KindSocket
+	KindDevice  = api.KindDevice
+	KindOther   = api.KindOther
 )
 
 // Handle is a resolved path: an fd on the object (O_PATH with openat2) and
@@ -196,7 +198,7 @@ const (
 type Handle struct {
 	f    *os.File
 	mode Mode
-	Kind string
+	Kind api.Kind
 	Stat unix.Stat_t
 }
 
@@ -305,7 +307,7 @@ func (h *Handle) stat() error {
 	return nil
 }
 
-func kindOf(mode uint32) string {
+func kindOf(mode uint32) api.Kind {
 	switch mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		return KindFile

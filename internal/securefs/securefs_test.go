@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -37,7 +38,7 @@ func class(err error) string {
 }
 
 // wantClasses is what the resolver may say for a case's final reason.
-func wantClasses(reason string) []string {
+func wantClasses(reason api.Reason) []string {
 	switch reason {
 	case "allowed", "not_a_file", "not_a_directory", "unsupported_file_type":
 		return []string{"ok"}

@@ -231,7 +231,7 @@ func (e *env) call(args []string) int {
 		return ExitDenied
 	case !res.OK:
 		if !*asJSON {
-			msg := "sluice: failed: " + res.Reason
+			msg := "sluice: failed: " + string(res.Reason)
 			switch {
 			case res.Reason == api.ReasonAllowed && res.ExitCode != nil:
 				msg = fmt.Sprintf("sluice: command exited with code %d", *res.ExitCode)

@@ -87,9 +87,11 @@ func (c *call) awaitApproval(em emitter) bool {
 		return false
 	}
 	c.closeHandles()
+	// Parked before it is announced: an approver quick enough to act on
+	// the pending event must find it.
+	c.d.approvals.park(pk)
 	em.decision(api.DecisionEvent{Event: api.EventDecision, CallID: c.id, Verdict: api.VerdictPending,
 		Reason: api.ReasonApprovalRequired, ApprovalID: id})
-	c.d.approvals.park(pk)
 	c.d.log.Info("call waiting for approval", "approval_id", id, "call_id", c.id, "tool", c.req.Tool,
 		"principal", c.areq.Principal, "expires_in", timeout.String())
 	// Parked: the policy goes back, so a reload is not held up and its

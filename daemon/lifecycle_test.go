@@ -171,6 +171,22 @@ func TestApprovals(t *testing.T) {
 		}
 	})
 
+	t.Run("approved the moment it is announced", func(t *testing.T) {
+		// The approval exists before its pending event leaves the daemon.
+		for i := 0; i < 20; i++ {
+			res, err := agent.Stream(ctx, api.CallRequest{Tool: "ask_read", Args: pathArgs("workspace/src/a.py")}, func(ev api.Event) error {
+				if ev.Verdict == api.VerdictPending {
+					_, err := h.c.Decide(ctx, ev.ApprovalID, true, "")
+					return err
+				}
+				return nil
+			})
+			if err != nil || !res.OK {
+				t.Fatalf("round %d: %v %+v", i, err, res)
+			}
+		}
+	})
+
 	t.Run("denied, buffered caller", func(t *testing.T) {
 		fresh := clientAs(h.socket, agentUID) // a connection of its own
 		defer fresh.Close()

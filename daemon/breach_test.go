@@ -140,7 +140,7 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 			})
 			h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
 			if tc.pool > 0 {
-				waitFor(t, "the pool to fill", func() bool { return containers(runDir) >= tc.pool })
+				waitFor(t, "the pool to fill", func() bool { return sandbox.Containers(runDir) >= tc.pool })
 			}
 			src := filepath.Join(fx.Base, "workspace/src")
 			var check func()
@@ -185,18 +185,6 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 	}
 }
 
-// containers counts the container rootfs dirs in a run dir (pooled and
-// running ones).
-func containers(runDir string) int {
-	ents, _ := os.ReadDir(filepath.Join(runDir, "rootfs"))
-	n := 0
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "s") {
-			n++
-		}
-	}
-	return n
-}
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -302,7 +302,7 @@ func TestTaskCancel(t *testing.T) {
 	}
 	// The decision of an execute call is durable before its container is
 	// taken; wait until the command runs.
-	waitFor(t, "the sleeper's container", func() bool { return containers(runDir) > 0 })
+	waitFor(t, "the sleeper's container", func() bool { return sandbox.Containers(runDir) > 0 })
 	parkedCall := startStream(agent, ctx, api.CallRequest{Tool: "ask_read", Args: pathArgs("workspace/src/a.py"), Task: "t1"})
 	if ev := parkedCall.next(t, "the parked decision"); ev.Verdict != api.VerdictPending {
 		t.Fatalf("parked: %s", ev.Raw)
@@ -360,7 +360,7 @@ func TestShutdownWithCallsInFlight(t *testing.T) {
 	if ev := s.next(t, "the sleeper's decision"); ev.Verdict != api.VerdictAllow {
 		t.Fatalf("sleeper: %s", ev.Raw)
 	}
-	waitFor(t, "the sleeper's container", func() bool { return containers(runDir) > 0 })
+	waitFor(t, "the sleeper's container", func() bool { return sandbox.Containers(runDir) > 0 })
 	began := time.Now()
 	cancel() // SIGTERM
 	res := s.wait(t)

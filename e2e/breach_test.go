@@ -37,7 +37,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 	    "commands":[["sh","-c","cat ../src/.env ../src/conf/.env ../src/private/keys.txt ../src/x/y/z/w/v/k.pem 2>&1; ls -A ../src ../src/private ../src/x/y/z/w/v 2>&1; ./probe connect-unix ../src/agent.sock; ./probe write-fifo ../src/pipe; ./probe vsock; ./probe uevent; echo end"]]}}}`)
 	d := startDaemon(t, m)
 	deadline := time.Now().Add(30 * time.Second)
-	for pooled(d.runDir) < 2 {
+	for sandbox.Containers(d.runDir) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the pool never filled\n%s", d.stderr)
 		}
@@ -124,13 +124,3 @@ func TestBreachClassesBlackBox(t *testing.T) {
 	}
 }
 
-func pooled(runDir string) int {
-	ents, _ := os.ReadDir(filepath.Join(runDir, "rootfs"))
-	n := 0
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), "s") {
-			n++
-		}
-	}
-	return n
-}

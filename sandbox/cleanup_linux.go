@@ -291,3 +291,18 @@ func isZombie(pid string) bool {
 	i := strings.LastIndexByte(string(b), ')')
 	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
+
+// Containers counts the containers of the run dir dir that exist now,
+// pooled and running, by their rootfs dirs (for tests and diagnostics; a
+// view's dir there is not a container).
+func Containers(dir string) int {
+	r := &Runner{dir: dir}
+	ents, _ := os.ReadDir(r.rootfsDir())
+	n := 0
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "s") {
+			n++
+		}
+	}
+	return n
+}

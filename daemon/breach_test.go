@@ -185,7 +185,6 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 	}
 }
 
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -123,4 +123,3 @@ func TestBreachClassesBlackBox(t *testing.T) {
 		t.Fatalf("nested mounts: %v %s", err, b)
 	}
 }
-

@@ -177,3 +177,37 @@ func TestWriteKilledMidway(t *testing.T) {
 		t.Fatalf("audit verify after the crash: %s", o)
 	}
 }
+
+// TestReplay: calls to a real daemon, then `sluice replay` under the same
+// manifest (nothing changes), a stricter one (known calls flip), and on a
+// tampered ledger (exit 1).
+func TestReplay(t *testing.T) {
+	fx := escapetest.Build(t)
+	d := startDaemon(t, fx.Manifest)
+	for _, p := range []string{"workspace/src/a.py", "workspace/src/sub/b.txt", "workspace/src/.env", "workspace/secret.txt"} {
+		d.read("read_file", p)
+	}
+	d.stop()
+	out, errOut, code := sluice(t, "", "replay", "--manifest", fx.Manifest, d.ledger())
+	if code != 0 || !strings.Contains(out, "would change: 0 allow→deny, 0 deny→allow") || !strings.Contains(out, " 0 would change") {
+		t.Fatalf("same manifest: %d %s %s", code, out, errOut)
+	}
+	raw, _ := os.ReadFile(fx.Manifest)
+	strict := strings.Replace(string(raw), `"never": [`, `"never": ["sub/**", `, 1)
+	if strict == string(raw) {
+		t.Fatal("the fixture manifest has no never list to tighten")
+	}
+	sm := writeFile(t, fx.Base, "strict.json", strict)
+	out, errOut, code = sluice(t, "", "replay", "--manifest", sm, d.ledger())
+	if code != 0 || !strings.Contains(out, "1 allow→deny") || !strings.Contains(out, "workspace/src/sub/b.txt") || !strings.Contains(out, "never_listed") {
+		t.Fatalf("stricter manifest: %d %s %s", code, out, errOut)
+	}
+	b, _ := os.ReadFile(d.ledger())
+	tampered := writeFile(t, t.TempDir(), "audit.jsonl", strings.Replace(string(b), "workspace/src/a.py", "workspace/src/b.py", 1))
+	if out, _, code := sluice(t, "", "replay", "--manifest", fx.Manifest, tampered); code != 1 || !strings.Contains(out, "BROKEN") {
+		t.Fatalf("tampered: %d %s", code, out)
+	}
+	if _, _, code := sluice(t, "", "replay", d.ledger()); code != 2 {
+		t.Fatalf("no --manifest: exit %d", code)
+	}
+}

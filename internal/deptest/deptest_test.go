@@ -81,6 +81,14 @@ func forbidden(pkg, imp string) string {
 		if (ours && local != "internal/securefs" && local != "api") || (thirdParty && imp != "golang.org/x/sys/unix") {
 			return pkg + " is a leaf: securefs, golang.org/x/sys/unix and the standard library only"
 		}
+	case "replay":
+		if ours && local != "api" && local != "audit" && local != "authz" {
+			return "replay re-decides from the ledger alone: api, audit and authz only"
+		}
+		switch imp {
+		case "os", "os/exec", "syscall", "net", "golang.org/x/sys/unix":
+			return "replay touches no filesystem: it reads the reader it is given"
+		}
 	case "internal/fsview":
 		if ours && local != "internal/securefs" && local != "api" {
 			return pkg + " serves views through securefs alone"

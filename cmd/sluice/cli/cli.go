@@ -44,6 +44,9 @@ Commands:
                       no late write commits, new calls are denied task_cancelled.
   audit verify FILE   Check the audit ledger's hash chain. Exit 0 intact,
                       1 broken (names the first bad seq).
+  replay --manifest NEW [--json] FILE
+                      Re-decide every recorded decision under NEW (no filesystem
+                      access) and list what would change. Exit 1 on a broken chain.
   audit tail [-n N] [-f] FILE
                       Print the last N records as readable lines (-f: keep following).
 
@@ -95,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.decide(false, rest[1:])
 	case "tasks":
 		return e.tasks(rest[1:])
+	case "replay":
+		return e.replay(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

@@ -1,0 +1,206 @@
+// Package replay re-decides a ledger's recorded decisions under another
+// manifest with the pure authz.Decide, from what each decision record
+// holds (the caller's credentials, tool, args, and the kernel's recorded
+// resolution of the path), and reports what would change. It touches no
+// filesystem: a resolution is what the daemon recorded when it decided.
+package replay
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"path"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/authz"
+)
+
+// Change is one call whose decision would differ.
+type Change struct {
+	Seq       uint64      `json:"seq"`
+	CallID    string      `json:"call_id"`
+	Time      string      `json:"time"`
+	Principal string      `json:"principal"`
+	Tool      string      `json:"tool"`
+	Subject   string      `json:"subject,omitempty"` // the path or argv
+	Old       api.Verdict `json:"old_verdict"`
+	OldReason api.Reason  `json:"old_reason"`
+	New       api.Verdict `json:"new_verdict"`
+	NewReason api.Reason  `json:"new_reason"`
+	Rule      string      `json:"new_rule,omitempty"`
+}
+
+// Report is the outcome of a replay.
+type Report struct {
+	Decisions   int      `json:"decisions"`
+	Changed     int      `json:"changed"`
+	AllowToDeny int      `json:"allow_to_deny"`
+	DenyToAllow int      `json:"deny_to_allow"`
+	Other       int      `json:"other_changes"` // reason-only, or to/from pending
+	Undecidable int      `json:"undecidable"`   // args recorded by digest only
+	Changes     []Change `json:"changes"`
+}
+
+// Summary is the one-line summary: "N decisions, M would change: a
+// allow→deny, b deny→allow" (and the rest, when there is any).
+func (r *Report) Summary() string {
+	s := fmt.Sprintf("%d decisions, %d would change: %d allow→deny, %d deny→allow", r.Decisions, r.Changed, r.AllowToDeny, r.DenyToAllow)
+	if r.Other > 0 {
+		s += fmt.Sprintf(", %d other (reason or pending)", r.Other)
+	}
+	if r.Undecidable > 0 {
+		s += fmt.Sprintf("; %d not re-decidable (args recorded by digest only)", r.Undecidable)
+	}
+	return s
+}
+
+// runtimeReasons are outcomes that came from people or the daemon's state,
+// not from the policy: a denial for one of them stands unless the new
+// policy denies the call for a policy reason.
+var runtimeReasons = map[api.Reason]bool{
+	api.ReasonApprovalDenied: true, api.ReasonApprovalExpired: true, api.ReasonTaskCancelled: true,
+	api.ReasonAuditUnavailable: true,
+}
+
+// Run reads a ledger (checking its chain; a break is an *audit.VerifyError)
+// and re-decides every decision under m.
+func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
+	rep := &Report{Changes: []Change{}}
+	approved := map[string]bool{} // approval id -> an approver approved it
+	var recs []*audit.Record
+	err := audit.Read(r, func(rec *audit.Record) error {
+		switch rec.Kind {
+		case audit.KindApproval:
+			if rec.Verdict == string(api.VerdictAllow) && rec.Reason == "" {
+				approved[rec.ApprovalID] = true
+			}
+		case audit.KindDecision:
+			recs = append(recs, rec)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// A call that waited for a human has a pending decision and then a
+	// final one: the final one is what is re-decided.
+	final := map[string]bool{}
+	for _, rec := range recs {
+		if rec.Verdict != string(api.VerdictPending) {
+			final[rec.CallID] = true
+		}
+	}
+	for _, rec := range recs {
+		if rec.Verdict == string(api.VerdictPending) && final[rec.CallID] {
+			continue
+		}
+		rep.Decisions++
+		req, subject, ok := request(m, rec)
+		if !ok {
+			rep.Undecidable++
+			continue
+		}
+		req.Approved = rec.ApprovalID != "" && approved[rec.ApprovalID]
+		d := authz.Decide(m, req)
+		oldV, oldR := api.Verdict(rec.Verdict), api.Reason(rec.Reason)
+		newV, newR := d.WireVerdict(), d.Reason
+		if runtimeReasons[oldR] && (d.Allowed() || d.Pending()) {
+			newV, newR = oldV, oldR // a person or the daemon's state decided this one
+		}
+		if newV == oldV && newR == oldR {
+			continue
+		}
+		rep.Changed++
+		switch {
+		case oldV == api.VerdictAllow && newV == api.VerdictDeny:
+			rep.AllowToDeny++
+		case oldV == api.VerdictDeny && newV == api.VerdictAllow:
+			rep.DenyToAllow++
+		default:
+			rep.Other++
+		}
+		c := Change{Seq: rec.Seq, CallID: rec.CallID, Time: rec.Time, Tool: rec.Tool, Subject: subject,
+			Old: oldV, OldReason: oldR, New: newV, NewReason: newR, Rule: d.Rule}
+		if rec.Principal != nil {
+			c.Principal = rec.Principal.Name
+		}
+		rep.Changes = append(rep.Changes, c)
+	}
+	return rep, nil
+}
+
+// recordedArgs is the union of what decision records hold in args (see
+// the daemon's operation table).
+type recordedArgs struct {
+	Path       *string  `json:"path"`
+	Argv       []string `json:"argv"`
+	Mode       string   `json:"mode"`
+	ContentLen *int64   `json:"content_len"`
+	Elided     bool     `json:"elided"`
+}
+
+// request rebuilds the authz request a decision record describes, under
+// m: the principal from the recorded credentials mapped through m, the
+// args as recorded, and each of m's matching roots given the resolution
+// recorded for the same root (a root m has that the record lacks was never
+// resolved: not_found).
+func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool) {
+	req := &authz.Request{Tool: rec.Tool}
+	if p := rec.Principal; p != nil {
+		req.Principal, _ = m.Identify(p.UID, p.GID)
+	}
+	var a recordedArgs
+	if len(rec.Args) > 0 {
+		if err := json.Unmarshal(rec.Args, &a); err != nil {
+			return nil, "", false
+		}
+	}
+	if a.Elided {
+		return nil, "", false
+	}
+	if rec.Reason == string(api.ReasonInvalidArgs) {
+		req.ArgsError = rec.Detail
+		if req.ArgsError == "" {
+			req.ArgsError = "invalid args (recorded)"
+		}
+	}
+	req.Path, req.Argv, req.Mode = a.Path, a.Argv, a.Mode
+	if a.ContentLen != nil {
+		req.ContentBytes = *a.ContentLen
+	}
+	subject := ""
+	switch {
+	case a.Path != nil:
+		subject = *a.Path
+	case a.Argv != nil:
+		b, _ := json.Marshal(a.Argv)
+		subject = string(b)
+	}
+	t := m.Tools[rec.Tool]
+	if t == nil || a.Path == nil || authz.CheckPath(*a.Path) != "" {
+		return req, subject, true
+	}
+	if t.Operation == api.OpWrite && req.Mode == "" {
+		req.Mode = t.Mode
+		if req.Mode == "" {
+			req.Mode = authz.ModeCreateOrOverwrite
+		}
+	}
+	var recorded []authz.Resource
+	if len(rec.Resolved) > 0 {
+		_ = json.Unmarshal(rec.Resolved, &recorded)
+	}
+	for _, mt := range authz.MatchRoots(t, *a.Path) {
+		res := authz.Resource{Root: mt.Index, RootPath: mt.Root, Outcome: authz.OutcomeNotFound}
+		for _, r := range recorded {
+			if r.RootPath != "" && path.Clean(r.RootPath) == path.Clean(mt.Root) {
+				res = r
+				res.Root = mt.Index
+				break
+			}
+		}
+		req.Resolved = append(req.Resolved, res)
+	}
+	return req, subject, true
+}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/securefs"
@@ -383,6 +384,9 @@ func TestShutdownWithCallsInFlight(t *testing.T) {
 	led, _ := os.ReadFile(filepath.Join(cfg.StateDir, "audit.jsonl"))
 	if !bytes.Contains(led, []byte(`"kind":"result"`)) || !bytes.Contains(led, []byte(`"reason":"shutdown"`)) {
 		t.Fatalf("the ledger has no shutdown result:\n%s", led)
+	}
+	if n, err := audit.Verify(bytes.NewReader(led)); err != nil || n == 0 {
+		t.Fatalf("audit verify after shutdown: %d records, %v", n, err)
 	}
 	if left := sandbox.Leftovers(runDir); len(left) > 0 {
 		t.Fatalf("left behind: %v", left)

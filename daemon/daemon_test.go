@@ -318,18 +318,31 @@ func TestSlowClient(t *testing.T) {
 		io.Copy(io.Discard, conn)
 		closed <- time.Since(begin)
 	}()
-	for range 20 {
+	// Good clients are served while the slow one dribbles, until it is cut.
+	served := 0
+	var cut time.Duration
+	for cut == 0 {
 		res, _ := h.call("read_file", map[string]string{"path": "workspace/src/a.py"})
 		if !res.OK {
 			t.Fatal("a good client was not served while a slow one dribbled")
 		}
-		time.Sleep(20 * time.Millisecond)
+		served++
+		select {
+		case cut = <-closed:
+		case <-time.After(20 * time.Millisecond): // pacing the good client
+		}
+		if time.Since(begin) > 5*time.Second {
+			t.Fatalf("slow client still connected after %v with a 1 s read timeout", time.Since(begin))
+		}
 	}
-	select {
-	case d := <-closed:
-		t.Logf("slow client cut off after %v", d)
-	case <-time.After(10 * time.Second):
-		t.Fatal("slow client still connected after 10 s")
+	t.Logf("slow client cut off after %v; %d good calls served meanwhile", cut, served)
+	// The header alone takes 6 s to dribble: the 1 s timeout cut it, not
+	// the end of its bytes, and not before the timeout.
+	if cut < 900*time.Millisecond || cut > 3*time.Second {
+		t.Fatalf("slow client cut off after %v; the read timeout is 1 s", cut)
+	}
+	if served < 5 {
+		t.Fatalf("only %d good calls were served while the slow client dribbled", served)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -224,11 +225,38 @@ func TestExecuteOutputAndStreaming(t *testing.T) {
 			t.Errorf("%s: %s", tc.args, body)
 		}
 	}
-	// a client that goes away kills its command
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	h.c.Stream(ctx, api.CallRequest{Tool: "slow"}, nil)
+	// A client that goes away kills its command: it leaves once the
+	// command printed "one"; the container is gone long before the
+	// command would have ended, and the ledger has the call's result.
+	ctx, cancel := context.WithCancel(context.Background())
+	var gone string
+	h.c.Stream(ctx, api.CallRequest{Tool: "slow"}, func(e api.Event) error {
+		if e.Event == api.EventDecision {
+			gone = e.CallID
+		}
+		if e.Event == api.EventOutput && strings.Contains(e.Data, "one") {
+			cancel()
+			return errors.New("leaving")
+		}
+		return nil
+	})
 	cancel()
-	time.Sleep(200 * time.Millisecond)
+	waitFor(t, "the abandoned command's container to go", func() bool { return sandbox.Containers(runDir) == 0 })
+	var result []byte
+	waitFor(t, "the abandoned call's result record", func() bool {
+		for _, line := range bytes.Split(h.ledger(), []byte("\n")) {
+			if bytes.Contains(line, []byte(`"kind":"result"`)) && bytes.Contains(line, []byte(gone)) {
+				result = line
+				return true
+			}
+		}
+		return false
+	})
+	// Killed, not run to its end: a command that finished would be
+	// "allowed" with exit code 0.
+	if !bytes.Contains(result, []byte(`"reason":"internal_error"`)) || bytes.Contains(result, []byte(`"exit_code":0`)) {
+		t.Fatalf("the abandoned call's result: %s", result)
+	}
 }
 
 // TestMountSwapDuringPoolRefill: the mount's source was resolved to an fd

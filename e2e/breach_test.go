@@ -41,7 +41,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the pool never filled\n%s", d.stderr)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling up to the deadline
 	}
 	// After the pool filled: an editor's save of .env, a new .env in a
 	// new directory, private/ replaced by a copy, a key at depth 5, a

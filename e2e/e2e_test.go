@@ -55,7 +55,7 @@ type daemon struct {
 	stateDir string
 	runDir   string
 	manifest string
-	stderr   *bytes.Buffer
+	stderr   *syncBuffer
 	c        *client.Client
 	exited   chan error
 }
@@ -72,7 +72,7 @@ func startDaemon(t *testing.T, manifest string) *daemon {
 
 func (d *daemon) start() {
 	d.t.Helper()
-	d.stderr = &bytes.Buffer{}
+	d.stderr = &syncBuffer{}
 	d.cmd = exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", d.manifest, "--socket", d.socket,
 		"--state-dir", d.stateDir, "--run-dir", d.runDir)
 	d.cmd.Stderr = d.stderr
@@ -113,6 +113,25 @@ func (d *daemon) stop() {
 		d.t.Errorf("sluiced ignored SIGTERM")
 	}
 	d.cmd = nil
+}
+
+// syncBuffer is the daemon's stderr: written by exec's copier, read by
+// the test while the daemon runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func (d *daemon) ledger() string { return filepath.Join(d.stateDir, "audit.jsonl") }
@@ -299,17 +318,20 @@ func TestSignals(t *testing.T) {
 	orig, _ := os.ReadFile(fx.Manifest)
 	os.WriteFile(fx.Manifest, []byte(`{"schema_version":1,"tools":{}}`), 0o644)
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	time.Sleep(300 * time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d.stderr.String(), "reload refused") { // the refusal is the event
+		if time.Now().After(deadline) {
+			t.Fatalf("refusal not logged: %s", d.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if h, err := d.c.Health(ctx); err != nil || h.PolicyVersion != before.PolicyVersion {
 		t.Fatalf("after bad SIGHUP: %v %v", h, err)
-	}
-	if !strings.Contains(d.stderr.String(), "reload refused") {
-		t.Fatalf("refusal not logged: %s", d.stderr)
 	}
 	// SIGHUP with a valid change.
 	os.WriteFile(fx.Manifest, bytes.Replace(orig, []byte("4096"), []byte("1024"), 1), 0o644)
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		h, _ := d.c.Health(ctx)
 		if h != nil && h.PolicyVersion != before.PolicyVersion {

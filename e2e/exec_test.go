@@ -98,20 +98,15 @@ func TestExecuteCrashRecovery(t *testing.T) {
 	_, m := execManifest(t)
 	d := startDaemon(t, m)
 	go d.c.Call(context.Background(), api.CallRequest{Tool: "sleeper"})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		left := sandbox.Leftovers(d.runDir)
-		running := false
-		for _, l := range left {
-			running = running || strings.HasPrefix(l, "process ")
-		}
-		if running {
-			break
-		}
+	// Killed while the sleeper's own command runs: its allowed decision
+	// is in the ledger and its "sleep 600" is a live process in the run
+	// dir's cgroups (the probe tool's pooled helpers do not count).
+	deadline := time.Now().Add(20 * time.Second)
+	for !(sleeperDecided(d) && sleeperRunning(d.runDir)) {
 		if time.Now().After(deadline) {
 			t.Fatal("the sleeper never started")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // polling a condition, up to the deadline
 	}
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.exited
@@ -120,13 +115,13 @@ func TestExecuteCrashRecovery(t *testing.T) {
 		t.Fatal("expected an orphaned container after SIGKILL")
 	}
 	d.start()
-	if !strings.Contains(d.stderr.String(), "removed sandbox leftovers") {
-		t.Errorf("sweep not logged: %s", d.stderr)
-	}
 	if res, err := d.c.Call(context.Background(), api.CallRequest{Tool: "cold"}); err != nil || !res.OK {
 		t.Fatalf("after restart: %v %+v", err, res)
 	}
-	d.stop()
+	d.stop() // stderr is complete once the process has exited
+	if !strings.Contains(d.stderr.String(), "removed sandbox leftovers") {
+		t.Errorf("sweep not logged: %s", d.stderr)
+	}
 	if left := sandbox.Leftovers(d.runDir); len(left) > 0 {
 		for _, l := range left {
 			if pid, ok := strings.CutPrefix(l, "process "); ok {
@@ -140,4 +135,27 @@ func TestExecuteCrashRecovery(t *testing.T) {
 	if b, _ := os.ReadFile(d.ledger()); !bytes.Contains(b, []byte(`"tool":"sleeper"`)) {
 		t.Fatal("the crashed call's decision is not in the ledger")
 	}
+}
+
+// sleeperDecided: the ledger holds the sleeper's allowed decision.
+func sleeperDecided(d *daemon) bool {
+	b, _ := os.ReadFile(d.ledger())
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"kind":"decision"`) && strings.Contains(line, `"tool":"sleeper"`) && strings.Contains(line, `"verdict":"allow"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// sleeperRunning: a live "sleep 600" runs in the run dir's cgroups.
+func sleeperRunning(runDir string) bool {
+	for _, l := range sandbox.Leftovers(runDir) {
+		if pid, ok := strings.CutPrefix(l, "process "); ok {
+			if c, _ := os.ReadFile("/proc/" + pid + "/cmdline"); string(c) == "sleep\x00600\x00" {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -202,7 +202,7 @@ func (c *call) auditDecision() (uint64, error) {
 	if len(c.areq.Resolved) > 0 {
 		rec.Resolved = mustJSON(c.areq.Resolved)
 	}
-	if c.dec.Reason == api.ReasonInvalidArgs {
+	if c.areq.ArgsError != "" {
 		rec.Detail = c.areq.ArgsError // what replay needs to decide it again
 	}
 	seq, err := c.d.ledger.Append(rec)

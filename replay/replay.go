@@ -159,11 +159,10 @@ func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool
 	if a.Elided {
 		return nil, "", false
 	}
-	if rec.Reason == string(api.ReasonInvalidArgs) {
-		req.ArgsError = rec.Detail
-		if req.ArgsError == "" {
-			req.ArgsError = "invalid args (recorded)"
-		}
+	// The daemon records an args error in detail whenever there was one.
+	req.ArgsError = rec.Detail
+	if rec.Reason == string(api.ReasonInvalidArgs) && req.ArgsError == "" {
+		req.ArgsError = "invalid args (recorded)"
 	}
 	req.Path, req.Argv, req.Mode = a.Path, a.Argv, a.Mode
 	if a.ContentLen != nil {

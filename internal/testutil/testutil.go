@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,14 +18,18 @@ import (
 
 // Main runs the package's tests and then fails the run if fds or
 // goroutines were left behind (the TestMain of cilium/ebpf's testmain).
+// Goroutines are compared by identity, not by count: any goroutine alive
+// after the tests that was not alive before them (and is not one the
+// runtime or the testing package keeps) is a leak, reported with its
+// stack, even if as many others exited meanwhile.
 func Main(m *testing.M) {
 	fdsBefore := openFDs()
-	goBefore := len(goroutines())
+	goBefore := Goroutines()
 	code := m.Run()
 	if code == 0 {
 		if err := settle(func() error {
-			if g := goroutines(); len(g) > goBefore {
-				return fmt.Errorf("goroutines: %d before the tests, %d after:\n%s", goBefore, len(g), strings.Join(g, "\n\n"))
+			if leaked := LeakedGoroutines(goBefore); len(leaked) > 0 {
+				return fmt.Errorf("%d goroutines leaked:\n\n%s", len(leaked), formatGoroutines(leaked))
 			}
 			after := openFDs()
 			var leaked []string
@@ -45,36 +50,146 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// settle retries check for a few seconds: closing connections and
-// goroutines that are on their way out take a moment.
+// settle polls check for up to 5 s: closing connections and goroutines
+// that are on their way out take a moment.
 func settle(check func() error) error {
-	var err error
-	for range 50 {
-		if err = check(); err == nil {
-			return nil
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := check()
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polling, up to the deadline
 	}
-	return err
 }
 
-// goroutines returns the stacks of goroutines other than this one and
-// those the runtime and the testing package keep for their own use.
-func goroutines() []string {
-	buf := make([]byte, 4<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for i, g := range strings.Split(string(buf), "\n\n") {
-		if i == 0 || strings.TrimSpace(g) == "" {
-			continue // the calling goroutine
+// Goroutine is one goroutine of a runtime.Stack(all) dump.
+type Goroutine struct {
+	ID    uint64 // unique for the life of the process: never reused
+	State string // "chan receive", "select, 2 minutes", ...
+	// Top is the innermost function that is not the runtime's own
+	// parking (gopark, selectgo, ...): what the goroutine is waiting in.
+	Top string
+	// CreatedBy is the function that started it ("" for main).
+	CreatedBy string
+	Stack     string // the whole dump of it, header included
+}
+
+// Goroutines returns the goroutines alive now, but the caller's and those
+// the runtime and the testing package keep for their own use.
+func Goroutines() map[uint64]Goroutine {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
 		}
-		if strings.Contains(g, "os/signal.signal_recv") || strings.Contains(g, "testing.(*F).Fuzz") ||
-			strings.Contains(g, "testing.runFuzzing") || strings.Contains(g, "created by testing.(*M).startAlarm") {
+		buf = make([]byte, 2*len(buf))
+	}
+	out := map[uint64]Goroutine{}
+	for i, g := range parseGoroutines(string(buf)) {
+		if i == 0 || ignored(g) {
+			continue // the first is the calling goroutine
+		}
+		out[g.ID] = g
+	}
+	return out
+}
+
+// LeakedGoroutines returns the goroutines alive now that were not in
+// before, sorted by id.
+func LeakedGoroutines(before map[uint64]Goroutine) []Goroutine {
+	var out []Goroutine
+	for id, g := range Goroutines() {
+		if _, ok := before[id]; !ok {
+			out = append(out, g)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func formatGoroutines(gs []Goroutine) string {
+	var b strings.Builder
+	for _, g := range gs {
+		fmt.Fprintf(&b, "goroutine %d in %s (created by %s):\n%s\n\n", g.ID, g.Top, g.CreatedBy, g.Stack)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// parseGoroutines splits a runtime.Stack(all) dump into its goroutines,
+// in the dump's order. Each block is a header line
+// ("goroutine 7 [sleep]:", with " gp=... m=..." before the state when
+// GOTRACEBACK asks for it), then pairs of a function line and a
+// "\tfile:line" line, then "created by F in goroutine N" and its line.
+func parseGoroutines(dump string) []Goroutine {
+	var out []Goroutine
+	for _, block := range strings.Split(dump, "\n\n") {
+		block = strings.TrimSpace(block)
+		lines := strings.Split(block, "\n")
+		head, ok := strings.CutPrefix(lines[0], "goroutine ")
+		if !ok {
 			continue
+		}
+		idStr, rest, _ := strings.Cut(head, " ")
+		id, err := strconv.ParseUint(idStr, 10, 64)
+		if err != nil {
+			continue
+		}
+		g := Goroutine{ID: id, Stack: block}
+		if i, j := strings.IndexByte(rest, '['), strings.LastIndexByte(rest, ']'); i >= 0 && j > i {
+			g.State = rest[i+1 : j]
+		}
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "\t") || l == "" {
+				continue // a file:line
+			}
+			if c, ok := strings.CutPrefix(l, "created by "); ok {
+				g.CreatedBy, _, _ = strings.Cut(c, " in goroutine ")
+				break
+			}
+			fn := funcName(l)
+			if g.Top == "" && !parking(fn) {
+				g.Top = fn
+			}
 		}
 		out = append(out, g)
 	}
 	return out
+}
+
+// funcName cuts the arguments off a stack line: "main.f(0x1, ...)" is
+// "main.f"; "net/http.(*conn).serve(...)" is "net/http.(*conn).serve".
+func funcName(line string) string {
+	if i := strings.LastIndex(line, "("); i > 0 && strings.HasSuffix(line, ")") {
+		return line[:i]
+	}
+	return line
+}
+
+// parking is a runtime function a blocked goroutine sits in whatever it
+// waits for; the frame above it says more.
+func parking(fn string) bool {
+	for _, p := range []string{"runtime.", "internal/poll.runtime_", "sync.runtime_", "internal/sync.runtime_"} {
+		if strings.HasPrefix(fn, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// ignored: goroutines the runtime and the testing package start once and
+// keep, wherever a test first caused them (signal.Notify's loop, the
+// fuzzing engine, the -timeout alarm).
+func ignored(g Goroutine) bool {
+	for _, fn := range []string{"os/signal.signal_recv", "os/signal.loop", "testing.(*F).Fuzz", "testing.runFuzzing",
+		"testing.(*M).startAlarm", "testing.(*M).startAlarm.func1"} {
+		if g.Top == fn || g.CreatedBy == fn || strings.Contains(g.Stack, "\n"+fn+"(") {
+			return true
+		}
+	}
+	return false
 }
 
 func openFDs() map[string]string {

@@ -10,9 +10,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
@@ -66,6 +70,9 @@ type Config struct {
 	Helper string
 	// ResolveMode selects the path resolver (tests force the fallback).
 	ResolveMode securefs.Mode
+	// WarmTimeout bounds how long start waits for the warm pools' first
+	// containers before it tells systemd READY=1 anyway (default 20 s).
+	WarmTimeout time.Duration
 	// Ready, if set, is called once the socket is listening.
 	Ready func()
 }
@@ -142,6 +149,9 @@ func (c *Config) setDefaults() {
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = time.Minute
 	}
+	if c.WarmTimeout <= 0 {
+		c.WarmTimeout = DefaultWarmTimeout
+	}
 }
 
 // Daemon is a running sluiced.
@@ -157,6 +167,11 @@ type Daemon struct {
 	runner   *sandbox.Runner
 
 	reloadMu sync.Mutex
+	// cgroups is where containers' cgroups go, computed once at start.
+	cgroups sandbox.CgroupLayout
+	// ready is set once systemd was told READY=1: reloads are then
+	// bracketed by RELOADING=1 and READY=1.
+	ready atomic.Bool
 
 	slots     *admission // containers running calls
 	calls     *registry  // calls in flight, by id and task
@@ -179,6 +194,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}
+	d.setupCgroups()
 	defer d.closeRunner()
 	pol, err := loadPolicyWith(cfg.Manifest, cfg.ResolveMode, d.log, d.getRunner)
 	if err != nil {
@@ -212,7 +228,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	ln, err := listenUnix(cfg.Socket)
+	ln, activated, err := d.listen()
 	if err != nil {
 		return err
 	}
@@ -235,13 +251,40 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		serveErr <- srv.Serve(&admitListener{Listener: ln, t: conns})
 	}()
-	d.log.Info("sluiced ready", "socket", cfg.Socket, "manifest", pol.path,
-		"policy_version", pol.m.Version, "audit", ledger.Path(), "resolver", pol.base.Mode().String())
+	d.log.Info("sluiced ready", "socket", ln.Addr().String(), "socket_activated", activated, "manifest", pol.path,
+		"policy_version", pol.m.Version, "audit", ledger.Path(), "resolver", pol.base.Mode().String(),
+		"cgroups", d.cgroups.String())
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
+	// READY=1 once the socket is served and the pools are warm (bounded),
+	// so the first execute calls after start are not cold. The wait must
+	// not hold up SIGTERM or SIGHUP: it runs beside the loop.
+	warmed := make(chan [2]int, 1)
+	go func() {
+		w, n := d.waitWarm(ctx, cfg.WarmTimeout)
+		warmed <- [2]int{w, n}
+	}()
+	// systemctl status shows STATUS=; refresh it while under systemd.
+	var statusTick <-chan time.Time
+	if underSystemd() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		statusTick = t.C
+	}
 	for {
 		select {
+		case wn := <-warmed:
+			if wn[0] < wn[1] {
+				d.log.Warn("pools not warm in time; serving, the first execute calls may start cold",
+					"warm", wn[0], "pools", wn[1], "warm_timeout", cfg.WarmTimeout.String())
+			} else if wn[1] > 0 {
+				d.log.Info("pools warm", "pools", wn[1])
+			}
+			d.ready.Store(true)
+			d.notify(sdnotify.SdNotifyReady, d.status())
+		case <-statusTick:
+			d.notify(d.status())
 		case <-hup:
 			if _, err := d.reload(); err != nil {
 				d.log.Error("reload refused; keeping the current manifest", "err", err)
@@ -250,6 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 			d.closePolicy()
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
+			d.notify(sdnotify.SdNotifyStopping, "STATUS=stopping: calls in flight get --shutdown-grace")
 			st := ledger.Stats()
 			_, evicted, refused := conns.stats()
 			d.log.Info("shutting down", "audit_records", st.Records, "audit_syncs", st.Syncs,
@@ -302,7 +346,7 @@ func (d *Daemon) getRunner() (*sandbox.Runner, error) {
 	if d.runner != nil {
 		return d.runner, nil
 	}
-	r, err := sandbox.NewRunnerWith(d.cfg.RunDir, d.cfg.Helper, d.log, sandbox.Options{IDs: d.cfg.UIDRange})
+	r, err := sandbox.NewRunnerWith(d.cfg.RunDir, d.cfg.Helper, d.log, sandbox.Options{IDs: d.cfg.UIDRange, Cgroups: d.cgroups})
 	if err != nil {
 		return nil, err // not latched: a later reload may succeed
 	}
@@ -313,6 +357,20 @@ func (d *Daemon) getRunner() (*sandbox.Runner, error) {
 	}
 	d.runner = r
 	return r, nil
+}
+
+// setupCgroups computes the containers' cgroup layout once: under a
+// delegating systemd service on cgroup v2, sluiced moves itself into the
+// leaf SERVICE/daemon and containers go beside it (see
+// sandbox.SetupCgroups). A failure keeps the layout outside systemd.
+func (d *Daemon) setupCgroups() {
+	l, warning, err := sandbox.SetupCgroups()
+	if err != nil {
+		d.log.Warn("cgroup setup under systemd failed; containers' cgroups go to /sluice", "err", err)
+	} else if warning != "" {
+		d.log.Warn(warning)
+	}
+	d.cgroups = l
 }
 
 func (d *Daemon) closeRunner() {
@@ -344,6 +402,11 @@ func (d *Daemon) acquire() *policy {
 func (d *Daemon) reload() (*policy, error) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	if d.ready.Load() {
+		// systemd shows the unit "reloading" until READY=1 comes back.
+		d.notify(sdnotify.SdNotifyReloading, strings.TrimSuffix(sdnotify.SdNotifyMonotonicUsec(), "\n"))
+		defer func() { d.notify(sdnotify.SdNotifyReady, d.status()) }()
+	}
 	np, err := loadPolicyWith(d.cfg.Manifest, d.cfg.ResolveMode, d.log, d.getRunner)
 	if err != nil {
 		return nil, err

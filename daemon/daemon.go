@@ -73,6 +73,14 @@ type Config struct {
 	// WarmTimeout bounds how long start waits for the warm pools' first
 	// containers before it tells systemd READY=1 anyway (default 20 s).
 	WarmTimeout time.Duration
+	// MetricsListen, if set, is a loopback HOST:PORT where Prometheus
+	// metrics are served at /metrics (see metrics.go).
+	MetricsListen string
+	// InsecureMetricsAnyAddr allows a MetricsListen that is not loopback.
+	InsecureMetricsAnyAddr bool
+	// MetricsListening, if set, is called with the metrics address once
+	// it is bound (tests listen on port 0).
+	MetricsListening func(addr string)
 	// Ready, if set, is called once the socket is listening.
 	Ready func()
 }
@@ -158,7 +166,9 @@ func (c *Config) setDefaults() {
 type Daemon struct {
 	cfg    Config
 	log    *slog.Logger
-	ledger *audit.Ledger
+	ledger meteredLedger
+	m      *metrics   // nil without MetricsListen
+	conns  *connTable // open connections
 
 	mu  sync.RWMutex
 	pol *policy
@@ -194,6 +204,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}
+	if cfg.MetricsListen != "" {
+		if err := checkMetricsAddr(cfg.MetricsListen, cfg.InsecureMetricsAnyAddr); err != nil {
+			return err
+		}
+		d.m = newMetrics(d)
+	}
 	d.setupCgroups()
 	defer d.closeRunner()
 	pol, err := loadPolicyWith(cfg.Manifest, cfg.ResolveMode, d.log, d.getRunner)
@@ -220,7 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer ledger.Close()
-	d.ledger = ledger
+	d.ledger = meteredLedger{Ledger: ledger, m: d.m}
 	if rec.CutBytes > 0 {
 		d.log.Warn("audit ledger had a torn last record; cut it", "bytes", rec.CutBytes, "after_seq", rec.LastSeq)
 	}
@@ -228,11 +244,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	conns := newConnTable(cfg.MaxConns, cfg.MaxConnsPerUID, d.log)
+	d.conns = conns // before the metrics server reads it
+	var metricsSrv *http.Server
+	if d.m != nil {
+		if metricsSrv, err = d.serveMetrics(); err != nil {
+			d.closePolicy()
+			return err
+		}
+		defer stopMetrics(metricsSrv)
+	}
 	ln, activated, err := d.listen()
 	if err != nil {
 		return err
 	}
-	conns := newConnTable(cfg.MaxConns, cfg.MaxConnsPerUID, d.log)
 	srv := &http.Server{
 		Handler:           d.routes(),
 		ConnContext:       connContext,
@@ -408,11 +433,13 @@ func (d *Daemon) reload() (*policy, error) {
 		defer func() { d.notify(sdnotify.SdNotifyReady, d.status()) }()
 	}
 	np, err := loadPolicyWith(d.cfg.Manifest, d.cfg.ResolveMode, d.log, d.getRunner)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		if err = d.auditPolicy(np, "reload"); err != nil {
+			np.close()
+		}
 	}
-	if err := d.auditPolicy(np, "reload"); err != nil {
-		np.close()
+	d.m.reloaded(err)
+	if err != nil {
 		return nil, err
 	}
 	d.mu.Lock()

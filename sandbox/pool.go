@@ -116,6 +116,9 @@ func (p *Pool) WaitWarm(ctx context.Context) bool {
 // Ready is how many boxes wait now.
 func (p *Pool) Ready() int { return len(p.ready) }
 
+// Size is how many boxes the pool keeps ready when full.
+func (p *Pool) Size() int { return p.size }
+
 // Close stops refilling and destroys the waiting boxes.
 func (p *Pool) Close() {
 	p.once.Do(func() {

@@ -30,7 +30,8 @@ func main() {
 Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--run-dir DIR]
                [--helper PATH] [--uid-range START-END] [--max-containers N]
                [--queue-timeout D] [--max-conns-per-uid N] [--shutdown-grace D]
-               [--task-ttl D] [--warm-timeout D] [--log-level LEVEL]
+               [--task-ttl D] [--warm-timeout D] [--metrics-listen ADDR]
+               [--log-level LEVEL]
 
 Serves HTTP/1.1 on a unix socket; the caller's identity is the socket's peer
 credentials. SIGHUP reloads the manifest (an invalid one is refused and the
@@ -49,6 +50,11 @@ systemd READY=1 once it serves and its warm pools have their first
 containers (at most --warm-timeout later), and logs to stderr, which
 systemd sends to the journal.
 
+--metrics-listen 127.0.0.1:9464 serves Prometheus metrics at /metrics
+(off by default). Only a loopback address is accepted: the metrics have no
+authentication and show which tools agents call, how often and what was
+denied. --insecure-metrics-any-addr lifts that.
+
 Flags:
 `)
 		fs.PrintDefaults()
@@ -64,6 +70,8 @@ Flags:
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long calls in flight may finish before they are ended with reason shutdown")
 	fs.DurationVar(&cfg.TaskTTL, "task-ttl", daemon.DefaultTaskTTL, "how long a cancelled task stays cancelled (its new calls are denied)")
 	fs.DurationVar(&cfg.WarmTimeout, "warm-timeout", daemon.DefaultWarmTimeout, "at start, how long to wait for the warm pools' first containers before telling systemd READY=1 anyway")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (HOST:PORT, loopback only, e.g. 127.0.0.1:9464); off when empty")
+	fs.BoolVar(&cfg.InsecureMetricsAnyAddr, "insecure-metrics-any-addr", false, "allow --metrics-listen on a non-loopback address (the metrics are unauthenticated)")
 	cfg.UIDRange = sandbox.DefaultIDRange
 	fs.Var(&cfg.UIDRange, "uid-range", "containers run as host uids (gid = uid) from `START-END`, inclusive, decimal or 0x hex: one per live container, never a host account's")
 	level := fs.String("log-level", "info", "debug, info, warn or error (JSON logs on stderr)")

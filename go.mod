@@ -11,6 +11,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
+	github.com/seccomp/libseccomp-golang v0.12.0
 	github.com/sirupsen/logrus v1.9.4
 	golang.org/x/sys v0.50.0
 )
@@ -33,7 +34,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/selinux v1.13.1 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/seccomp/libseccomp-golang v0.12.0 // indirect
 	github.com/vishvananda/netlink v1.3.1 // indirect
 	github.com/vishvananda/netns v0.0.5 // indirect
 	golang.org/x/net v0.59.0 // indirect

@@ -109,11 +109,24 @@ func currentLayout() CgroupLayout {
 // could not enable controllers there. The warning, if not empty, says why
 // a service did not get the delegated layout or lacks Delegate=yes.
 func SetupCgroups() (layout CgroupLayout, warning string, err error) {
-	l := currentLayout()
+	if !isCgroup2(cgroupRoot) {
+		return CgroupLayout{}, "", nil
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return CgroupLayout{}, "", nil
+	}
+	return setupCgroupsAt(cgroupRoot, self)
+}
+
+// setupCgroupsAt is SetupCgroups on the cgroup v2 hierarchy mounted at
+// root, for a process whose /proc/self/cgroup reads self.
+func setupCgroupsAt(root string, self []byte) (layout CgroupLayout, warning string, err error) {
+	l := CgroupLayout{Service: serviceOf(self)}
 	if !l.Delegated() {
 		return CgroupLayout{}, "", nil
 	}
-	svc := filepath.Join(cgroupRoot, l.Service)
+	svc := filepath.Join(root, l.Service)
 	if !delegated(svc) {
 		warning = "the service's cgroup is not marked delegated (its unit should have Delegate=yes); systemd may change its subtree under sluiced"
 	}

@@ -2,10 +2,18 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestCgroupLayout drives the layout from fake /proc/self/cgroup texts:
@@ -76,4 +84,104 @@ func TestPoolWaitWarmClosed(t *testing.T) {
 	if p.WaitWarm(context.Background()) {
 		t.Fatal("a closed, never filled pool reported warm")
 	}
+}
+
+// cgroup2Mount finds a cgroup v2 hierarchy: /sys/fs/cgroup on a pure v2
+// host, /sys/fs/cgroup/unified on a hybrid one.
+func cgroup2Mount() string {
+	for _, d := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if isCgroup2(d) {
+			return d
+		}
+	}
+	return ""
+}
+
+// TestSetupCgroupsMoves runs the move on a real cgroup v2 hierarchy: this
+// test process is put in a fake service's cgroup, SetupCgroups' logic
+// moves it into SERVICE/daemon; and with another process left in the
+// service's cgroup it moves back and keeps the layout outside systemd.
+// The process goes back where it was, and the cgroups are removed.
+func TestSetupCgroupsMoves(t *testing.T) {
+	testutil.RequireRoot(t)
+	root := cgroup2Mount()
+	if root == "" {
+		t.Skip("no cgroup v2 hierarchy mounted")
+	}
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var orig string
+	for _, line := range strings.Split(string(self), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			orig = p
+		}
+	}
+	if orig == "" {
+		t.Fatal("no 0:: line in /proc/self/cgroup")
+	}
+	slice := fmt.Sprintf("/sluice-test-%d.slice", os.Getpid())
+	svc := slice + "/fake.service"
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	moveTo := func(cg string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, cg, "cgroup.procs"), pid, 0); err != nil {
+			t.Fatalf("move to %s: %v", cg, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, svc), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.WriteFile(filepath.Join(root, orig, "cgroup.procs"), pid, 0)
+		os.Remove(filepath.Join(root, svc, daemonLeaf))
+		os.Remove(filepath.Join(root, svc))
+		os.Remove(filepath.Join(root, slice))
+	})
+	inCgroup := func() string {
+		b, _ := os.ReadFile("/proc/self/cgroup")
+		for _, line := range strings.Split(string(b), "\n") {
+			if p, ok := strings.CutPrefix(line, "0::"); ok {
+				return p
+			}
+		}
+		return ""
+	}
+
+	moveTo(svc)
+	l, warning, err := setupCgroupsAt(root, []byte("0::"+svc+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Service != svc || inCgroup() != svc+"/"+daemonLeaf {
+		t.Fatalf("layout %+v, process in %s; want service %s, process in its daemon leaf", l, inCgroup(), svc)
+	}
+	if !strings.Contains(warning, "Delegate=yes") {
+		t.Errorf("no warning about a cgroup systemd did not delegate: %q", warning)
+	}
+	// Again from the leaf (a second Runner of the same process): same layout.
+	if l2, _, err := setupCgroupsAt(root, []byte("0::"+svc+"/"+daemonLeaf+"\n")); err != nil || l2 != l {
+		t.Fatalf("second setup: %+v %v", l2, err)
+	}
+
+	// Another process in the service's own cgroup: move back, no delegation.
+	moveTo(svc)
+	os.Remove(filepath.Join(root, svc, daemonLeaf))
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	// The child was forked in svc: it is there until it is moved.
+	l, warning, err = setupCgroupsAt(root, []byte("0::"+svc+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Delegated() || inCgroup() != svc || !strings.Contains(warning, "other processes") {
+		t.Fatalf("with another process there: layout %+v, in %s, warning %q", l, inCgroup(), warning)
+	}
+	other.Process.Kill()
+	other.Wait()
+	moveTo(orig)
 }

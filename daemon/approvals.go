@@ -87,9 +87,12 @@ func (c *call) awaitApproval(em emitter) bool {
 		return false
 	}
 	c.closeHandles()
+	// Parked before it is announced: a client told the approval id may
+	// decide it at once (the verdict waits in pk.verdict), and an approver
+	// listing approvals after the event always finds it.
+	c.d.approvals.park(pk)
 	em.decision(api.DecisionEvent{Event: api.EventDecision, CallID: c.id, Verdict: api.VerdictPending,
 		Reason: api.ReasonApprovalRequired, ApprovalID: id})
-	c.d.approvals.park(pk)
 	c.d.log.Info("call waiting for approval", "approval_id", id, "call_id", c.id, "tool", c.req.Tool,
 		"principal", c.areq.Principal, "expires_in", timeout.String())
 	// Parked: the policy goes back, so a reload is not held up and its

@@ -10,9 +10,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
@@ -66,6 +70,17 @@ type Config struct {
 	Helper string
 	// ResolveMode selects the path resolver (tests force the fallback).
 	ResolveMode securefs.Mode
+	// WarmTimeout bounds how long start waits for the warm pools' first
+	// containers before it tells systemd READY=1 anyway (default 20 s).
+	WarmTimeout time.Duration
+	// MetricsListen, if set, is a loopback HOST:PORT where Prometheus
+	// metrics are served at /metrics (see metrics.go).
+	MetricsListen string
+	// InsecureMetricsAnyAddr allows a MetricsListen that is not loopback.
+	InsecureMetricsAnyAddr bool
+	// MetricsListening, if set, is called with the metrics address once
+	// it is bound (tests listen on port 0).
+	MetricsListening func(addr string)
 	// Ready, if set, is called once the socket is listening.
 	Ready func()
 }
@@ -142,13 +157,18 @@ func (c *Config) setDefaults() {
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = time.Minute
 	}
+	if c.WarmTimeout <= 0 {
+		c.WarmTimeout = DefaultWarmTimeout
+	}
 }
 
 // Daemon is a running sluiced.
 type Daemon struct {
 	cfg    Config
 	log    *slog.Logger
-	ledger *audit.Ledger
+	ledger meteredLedger
+	m      *metrics   // nil without MetricsListen
+	conns  *connTable // open connections
 
 	mu  sync.RWMutex
 	pol *policy
@@ -157,6 +177,11 @@ type Daemon struct {
 	runner   *sandbox.Runner
 
 	reloadMu sync.Mutex
+	// cgroups is where containers' cgroups go, computed once at start.
+	cgroups sandbox.CgroupLayout
+	// ready is set once systemd was told READY=1: reloads are then
+	// bracketed by RELOADING=1 and READY=1.
+	ready atomic.Bool
 
 	slots     *admission // containers running calls
 	calls     *registry  // calls in flight, by id and task
@@ -179,6 +204,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}
+	if cfg.MetricsListen != "" {
+		if err := checkMetricsAddr(cfg.MetricsListen, cfg.InsecureMetricsAnyAddr); err != nil {
+			return err
+		}
+		d.m = newMetrics(d)
+	}
+	d.setupCgroups()
 	defer d.closeRunner()
 	pol, err := loadPolicyWith(cfg.Manifest, cfg.ResolveMode, d.log, d.getRunner)
 	if err != nil {
@@ -204,7 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer ledger.Close()
-	d.ledger = ledger
+	d.ledger = meteredLedger{Ledger: ledger, m: d.m}
 	if rec.CutBytes > 0 {
 		d.log.Warn("audit ledger had a torn last record; cut it", "bytes", rec.CutBytes, "after_seq", rec.LastSeq)
 	}
@@ -212,11 +244,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	ln, err := listenUnix(cfg.Socket)
+	conns := newConnTable(cfg.MaxConns, cfg.MaxConnsPerUID, d.log)
+	d.conns = conns // before the metrics server reads it
+	var metricsSrv *http.Server
+	if d.m != nil {
+		if metricsSrv, err = d.serveMetrics(); err != nil {
+			d.closePolicy()
+			return err
+		}
+		defer stopMetrics(metricsSrv)
+	}
+	ln, activated, err := d.listen()
 	if err != nil {
 		return err
 	}
-	conns := newConnTable(cfg.MaxConns, cfg.MaxConnsPerUID, d.log)
 	srv := &http.Server{
 		Handler:           d.routes(),
 		ConnContext:       connContext,
@@ -235,13 +276,40 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		serveErr <- srv.Serve(&admitListener{Listener: ln, t: conns})
 	}()
-	d.log.Info("sluiced ready", "socket", cfg.Socket, "manifest", pol.path,
-		"policy_version", pol.m.Version, "audit", ledger.Path(), "resolver", pol.base.Mode().String())
+	d.log.Info("sluiced ready", "socket", ln.Addr().String(), "socket_activated", activated, "manifest", pol.path,
+		"policy_version", pol.m.Version, "audit", ledger.Path(), "resolver", pol.base.Mode().String(),
+		"cgroups", d.cgroups.String())
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
+	// READY=1 once the socket is served and the pools are warm (bounded),
+	// so the first execute calls after start are not cold. The wait must
+	// not hold up SIGTERM or SIGHUP: it runs beside the loop.
+	warmed := make(chan [2]int, 1)
+	go func() {
+		w, n := d.waitWarm(ctx, cfg.WarmTimeout)
+		warmed <- [2]int{w, n}
+	}()
+	// systemctl status shows STATUS=; refresh it while under systemd.
+	var statusTick <-chan time.Time
+	if underSystemd() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		statusTick = t.C
+	}
 	for {
 		select {
+		case wn := <-warmed:
+			if wn[0] < wn[1] {
+				d.log.Warn("pools not warm in time; serving, the first execute calls may start cold",
+					"warm", wn[0], "pools", wn[1], "warm_timeout", cfg.WarmTimeout.String())
+			} else if wn[1] > 0 {
+				d.log.Info("pools warm", "pools", wn[1])
+			}
+			d.ready.Store(true)
+			d.notify(sdnotify.SdNotifyReady, d.status())
+		case <-statusTick:
+			d.notify(d.status())
 		case <-hup:
 			if _, err := d.reload(); err != nil {
 				d.log.Error("reload refused; keeping the current manifest", "err", err)
@@ -250,6 +318,7 @@ func Run(ctx context.Context, cfg Config) error {
 			d.closePolicy()
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
+			d.notify(sdnotify.SdNotifyStopping, "STATUS=stopping: calls in flight get --shutdown-grace")
 			st := ledger.Stats()
 			_, evicted, refused := conns.stats()
 			d.log.Info("shutting down", "audit_records", st.Records, "audit_syncs", st.Syncs,
@@ -302,7 +371,7 @@ func (d *Daemon) getRunner() (*sandbox.Runner, error) {
 	if d.runner != nil {
 		return d.runner, nil
 	}
-	r, err := sandbox.NewRunnerWith(d.cfg.RunDir, d.cfg.Helper, d.log, sandbox.Options{IDs: d.cfg.UIDRange})
+	r, err := sandbox.NewRunnerWith(d.cfg.RunDir, d.cfg.Helper, d.log, sandbox.Options{IDs: d.cfg.UIDRange, Cgroups: d.cgroups})
 	if err != nil {
 		return nil, err // not latched: a later reload may succeed
 	}
@@ -313,6 +382,20 @@ func (d *Daemon) getRunner() (*sandbox.Runner, error) {
 	}
 	d.runner = r
 	return r, nil
+}
+
+// setupCgroups computes the containers' cgroup layout once: under a
+// delegating systemd service on cgroup v2, sluiced moves itself into the
+// leaf SERVICE/daemon and containers go beside it (see
+// sandbox.SetupCgroups). A failure keeps the layout outside systemd.
+func (d *Daemon) setupCgroups() {
+	l, warning, err := sandbox.SetupCgroups()
+	if err != nil {
+		d.log.Warn("cgroup setup under systemd failed; containers' cgroups go to /sluice", "err", err)
+	} else if warning != "" {
+		d.log.Warn(warning)
+	}
+	d.cgroups = l
 }
 
 func (d *Daemon) closeRunner() {
@@ -344,12 +427,19 @@ func (d *Daemon) acquire() *policy {
 func (d *Daemon) reload() (*policy, error) {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	np, err := loadPolicyWith(d.cfg.Manifest, d.cfg.ResolveMode, d.log, d.getRunner)
-	if err != nil {
-		return nil, err
+	if d.ready.Load() {
+		// systemd shows the unit "reloading" until READY=1 comes back.
+		d.notify(sdnotify.SdNotifyReloading, strings.TrimSuffix(sdnotify.SdNotifyMonotonicUsec(), "\n"))
+		defer func() { d.notify(sdnotify.SdNotifyReady, d.status()) }()
 	}
-	if err := d.auditPolicy(np, "reload"); err != nil {
-		np.close()
+	np, err := loadPolicyWith(d.cfg.Manifest, d.cfg.ResolveMode, d.log, d.getRunner)
+	if err == nil {
+		if err = d.auditPolicy(np, "reload"); err != nil {
+			np.close()
+		}
+	}
+	d.m.reloaded(err)
+	if err != nil {
 		return nil, err
 	}
 	d.mu.Lock()

@@ -7,4 +7,8 @@
 // resolved it to, and the file tools act on that fd. Nothing runs until
 // its decision is in the audit ledger, and nothing leaves until it is
 // durable there.
+//
+// Under systemd it serves the socket systemd passes and tells systemd when
+// it is ready, reloading or stopping (systemd.go); --metrics-listen serves
+// Prometheus metrics on a loopback address (metrics.go).
 package daemon

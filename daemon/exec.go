@@ -233,6 +233,7 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	if et.pool != nil {
 		box = et.pool.Get()
 	}
+	c.d.m.poolGet(c.req.Tool, box != nil)
 	if box == nil {
 		var err error
 		if box, err = c.p.runner.Create(et.spec); err != nil {

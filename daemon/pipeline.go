@@ -105,6 +105,7 @@ func (c *call) pipeline(em emitter) {
 	c.areq.Principal, _ = c.p.m.Identify(c.peer.UID, c.peer.GID)
 	c.resolve()
 	c.dec = authz.Decide(c.p.m, &c.areq)
+	c.d.m.decided(c)
 	c.checkTask()
 	if c.dec.Pending() && !c.awaitApproval(em) {
 		return
@@ -132,7 +133,9 @@ func (c *call) pipeline(em emitter) {
 		em.decision(c.decisionEvent())
 		onChunk = em.output
 	}
+	began := time.Now()
 	o := c.op.exec(c, onChunk)
+	c.d.m.executed(c, time.Since(began))
 	c.closeHandles()
 	rseq, err := c.auditResult(o)
 	if err == nil {
@@ -150,6 +153,7 @@ func (c *call) pipeline(em emitter) {
 		}
 	}
 	em.result(c.present(o))
+	c.d.m.called(c, o)
 }
 
 // finishDenied makes a denial durable and tells the caller. seq 0: there
@@ -162,6 +166,7 @@ func (c *call) finishDenied(em emitter, seq uint64) {
 	}
 	em.decision(c.decisionEvent())
 	em.result(c.present(nil))
+	c.d.m.called(c, nil)
 }
 
 func (c *call) failClosed() {

@@ -13,10 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func (r *Runner) cgroupPath(id string) string {
-	return "/" + cgroupParent + "/" + r.scope + "/" + id
-}
-
 // Sweep removes what a crashed daemon left in this run dir: containers
 // still in libcontainer's state dir (their processes are killed and their
 // cgroups removed), cgroups of this run dir with no state, and rootfs dirs.
@@ -66,23 +62,6 @@ func (r *Runner) Sweep() (int, error) {
 		n++
 	}
 	return n, errors.Join(errs...)
-}
-
-// cgroupDirs returns /sys/fs/cgroup/<controller>/sluice/<scope> for every
-// mounted hierarchy (v1) and the unified one (v2) where it exists.
-func (r *Runner) cgroupDirs() []string {
-	var out []string
-	cands := []string{filepath.Join("/sys/fs/cgroup", cgroupParent, r.scope)}
-	ents, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, e := range ents {
-		cands = append(cands, filepath.Join("/sys/fs/cgroup", e.Name(), cgroupParent, r.scope))
-	}
-	for _, c := range cands {
-		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // CgroupLeftovers lists this run dir's sandbox cgroups that still exist
@@ -255,11 +234,14 @@ func killAndDestroy(c *libcontainer.Container) error {
 // from the kernel rather than from any bookkeeping: cgroups under its
 // scope in every hierarchy, mounts under its rootfs area, live processes
 // in its cgroups, and rootfs dirs. Tests assert it is empty after a daemon
-// stops. The per-uid /etc dirs are not listed: a cache, not a container's. Zombies are not counted: they run nothing, and after a daemon is
+// stops. Cgroups are looked for in the layout the calling process is in
+// (a test in a delegating service's daemon leaf finds the delegated
+// subtree). The per-uid /etc dirs are not listed: a cache, not a
+// container's. Zombies are not counted: they run nothing, and after a daemon is
 // killed they are reaped by PID 1 (systemd does; some test sandboxes'
 // PID 1 never reaps).
 func Leftovers(dir string) []string {
-	r := &Runner{dir: dir, scope: scopeOf(dir)}
+	r := &Runner{dir: dir, scope: scopeOf(dir), cgroups: currentLayout()}
 	var out []string
 	out = append(out, r.CgroupLeftovers()...)
 	for _, m := range mountsUnder(r.rootfsDir()) {
@@ -271,7 +253,7 @@ func Leftovers(dir string) []string {
 			continue
 		}
 		b, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
-		if strings.Contains(string(b), "/"+cgroupParent+"/"+r.scope+"/") && !isZombie(e.Name()) {
+		if strings.Contains(string(b), r.cgroups.parent()+"/"+r.scope+"/") && !isZombie(e.Name()) {
 			out = append(out, "process "+e.Name())
 		}
 	}

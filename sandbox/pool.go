@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ type Pool struct {
 	kick  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
+	warm  chan struct{} // closed once the first box is ready
 	once  sync.Once
 }
 
@@ -26,7 +28,7 @@ type Pool struct {
 // fds must stay open until Close returns.
 func NewPool(r *Runner, spec *Spec, size int, log *slog.Logger) *Pool {
 	p := &Pool{r: r, spec: spec, size: size, log: log, ready: make(chan *Box, size),
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), warm: make(chan struct{})}
 	go p.fill()
 	return p
 }
@@ -54,6 +56,7 @@ func (p *Pool) fill() {
 			}
 			backoff = 100 * time.Millisecond
 			p.ready <- b
+			p.warmed()
 		}
 		select {
 		case <-p.stop:
@@ -84,8 +87,37 @@ func (p *Pool) refill() {
 	}
 }
 
+func (p *Pool) warmed() {
+	select {
+	case <-p.warm:
+	default:
+		close(p.warm)
+	}
+}
+
+// WaitWarm waits until the pool's first box is ready (it stays warm
+// from then on but for the moments between a call and its refill), the
+// pool is closed, or ctx ends, and reports whether it got warm.
+func (p *Pool) WaitWarm(ctx context.Context) bool {
+	select {
+	case <-p.warm:
+		return true
+	case <-p.done:
+	case <-ctx.Done():
+	}
+	select {
+	case <-p.warm:
+		return true
+	default:
+		return false
+	}
+}
+
 // Ready is how many boxes wait now.
 func (p *Pool) Ready() int { return len(p.ready) }
+
+// Size is how many boxes the pool keeps ready when full.
+func (p *Pool) Size() int { return p.size }
 
 // Close stops refilling and destroys the waiting boxes.
 func (p *Pool) Close() {

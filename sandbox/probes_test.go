@@ -421,7 +421,7 @@ func processesInScope(r *Runner) int {
 			continue
 		}
 		b, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
-		if strings.Contains(string(b), "/sluice/"+r.scope+"/") {
+		if strings.Contains(string(b), r.cgroups.parent()+"/"+r.scope+"/") {
 			n++
 		}
 	}
@@ -510,6 +510,11 @@ func TestPool(t *testing.T) {
 	f := newFixture(t)
 	p := NewPool(r, f.spec(t), 2, r.log)
 	defer p.Close()
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !p.WaitWarm(wctx) || p.Ready() < 1 {
+		t.Fatal("pool not warm within 10 s")
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for p.Ready() < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

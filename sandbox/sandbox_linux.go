@@ -90,7 +90,8 @@ type Runner struct {
 
 	ownsRootfsMount bool // the rootfs dir was bind-mounted private by us
 	prefix          string
-	scope           string // cgroup subtree of this run dir: /sluice/<scope>/<id>
+	scope           string       // cgroup subtree of this run dir: PARENT/<scope>/<id>
+	cgroups         CgroupLayout // where PARENT is
 }
 
 // ErrNotSupported is returned when this host cannot run sandboxes.
@@ -101,6 +102,9 @@ type Options struct {
 	// IDs is the block of host ids containers run as, one uid (and the
 	// same gid) per live container; zero means DefaultIDRange.
 	IDs IDRange
+	// Cgroups is where containers' cgroups go: the result of SetupCgroups,
+	// computed once at start (zero: outside systemd, /sluice/...).
+	Cgroups CgroupLayout
 }
 
 // NewRunner is NewRunnerWith with the default Options.
@@ -129,7 +133,7 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 		return nil, err
 	}
 	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir),
-		etcMade: map[uint32]bool{}}
+		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}}
 	if r.ids, err = newIDAlloc(rng, host, r.lookupHostID); err != nil {
 		return nil, err
 	}

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building and testing sluice needs, only what is missing:
 # Debian packages through apt (gcc and pkg-config for cgo, libseccomp-dev
-# for seccomp, python3 for the demo workspace's tests), and Go modules.
+# for seccomp, python3 for the demo workspace's tests, systemd for
+# systemd-analyze, which checks the units), and Go modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export PATH="/usr/local/go/bin:$PATH"
-pkgs=(gcc libc6-dev pkg-config libseccomp-dev python3 ${EXTRA_APT_PACKAGES:-})
+pkgs=(gcc libc6-dev pkg-config libseccomp-dev python3 systemd ${EXTRA_APT_PACKAGES:-})
 need=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")

@@ -19,7 +19,32 @@ if [ -n "$bad" ]; then echo "gofmt would change: $bad" >&2; exit 1; fi
 go vet $TAGS ./...
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+units=$(mktemp -d)
+trap 'rm -rf "$log" "$units"' EXIT
+
+echo "== systemd units (systemd-analyze verify)"
+if ! command -v systemd-analyze >/dev/null; then
+  echo "test: systemd-analyze not found: it checks scripts/sluiced.service and sluiced.socket." >&2
+  echo "test: install it with scripts/deps.sh (or: apt-get install systemd); systemd need not be running." >&2
+  exit 1
+fi
+if [ ! -x bin/sluiced ]; then
+  echo "test: bin/sluiced missing (make build): verify checks that ExecStart= is executable" >&2
+  exit 1
+fi
+# verify requires ExecStart='s binary to exist: point the copy at bin/,
+# the one change. It exits 0 on warnings (unknown keys, bad values), so
+# any output fails the check.
+sed "s|/usr/local/bin/|$PWD/bin/|g" scripts/sluiced.service >"$units/sluiced.service"
+cp scripts/sluiced.socket "$units/"
+if ! out=$(systemd-analyze verify --man=no "$units/sluiced.service" "$units/sluiced.socket" 2>&1) || [ -n "$out" ]; then
+  echo "test: systemd-analyze verify:" >&2
+  echo "$out" >&2
+  echo "test: 0 passed, 1 failed"
+  exit 1
+fi
+echo "ok  	systemd units" | tee -a "$log"
+systemd-analyze security --offline=yes "$units/sluiced.service" 2>/dev/null | tail -n 1 || true
 
 echo "== unit and e2e tests"
 SLUICE_BIN_DIR="$PWD/bin" go test $TAGS -count=1 ./... 2>&1 | tee -a "$log"

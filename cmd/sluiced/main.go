@@ -30,7 +30,8 @@ func main() {
 Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--run-dir DIR]
                [--helper PATH] [--uid-range START-END] [--max-containers N]
                [--queue-timeout D] [--max-conns-per-uid N] [--shutdown-grace D]
-               [--task-ttl D] [--log-level LEVEL]
+               [--task-ttl D] [--warm-timeout D] [--metrics-listen ADDR]
+               [--log-level LEVEL]
 
 Serves HTTP/1.1 on a unix socket; the caller's identity is the socket's peer
 credentials. SIGHUP reloads the manifest (an invalid one is refused and the
@@ -42,6 +43,17 @@ up to --queue-timeout, then ends with reason "busy". A peer uid may hold
 --max-conns-per-uid connections (1024 in all); at a cap the connection idle
 the longest is closed to admit a new one, and one with a request in flight
 never is.
+
+Under systemd (scripts/sluiced.service, sluiced.socket) sluiced serves the
+socket systemd passes (socket activation) instead of binding --socket, tells
+systemd READY=1 once it serves and its warm pools have their first
+containers (at most --warm-timeout later), and logs to stderr, which
+systemd sends to the journal.
+
+--metrics-listen 127.0.0.1:9464 serves Prometheus metrics at /metrics
+(off by default). Only a loopback address is accepted: the metrics have no
+authentication and show which tools agents call, how often and what was
+denied. --insecure-metrics-any-addr lifts that.
 
 Flags:
 `)
@@ -57,6 +69,9 @@ Flags:
 	fs.IntVar(&cfg.MaxConnsPerUID, "max-conns-per-uid", daemon.DefaultMaxConnsPerUID, "open connections one peer uid may hold")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long calls in flight may finish before they are ended with reason shutdown")
 	fs.DurationVar(&cfg.TaskTTL, "task-ttl", daemon.DefaultTaskTTL, "how long a cancelled task stays cancelled (its new calls are denied)")
+	fs.DurationVar(&cfg.WarmTimeout, "warm-timeout", daemon.DefaultWarmTimeout, "at start, how long to wait for the warm pools' first containers before telling systemd READY=1 anyway")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (HOST:PORT, loopback only, e.g. 127.0.0.1:9464); off when empty")
+	fs.BoolVar(&cfg.InsecureMetricsAnyAddr, "insecure-metrics-any-addr", false, "allow --metrics-listen on a non-loopback address (the metrics are unauthenticated)")
 	cfg.UIDRange = sandbox.DefaultIDRange
 	fs.Var(&cfg.UIDRange, "uid-range", "containers run as host uids (gid = uid) from `START-END`, inclusive, decimal or 0x hex: one per live container, never a host account's")
 	level := fs.String("log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
@@ -65,8 +80,8 @@ Flags:
 		fs.Usage()
 		os.Exit(2)
 	}
-	if cfg.MaxContainers < 1 || cfg.QueueTimeout <= 0 || cfg.MaxConnsPerUID < 1 || cfg.ShutdownGrace <= 0 || cfg.TaskTTL <= 0 {
-		fmt.Fprintln(os.Stderr, "sluiced: --max-containers, --queue-timeout, --max-conns-per-uid, --shutdown-grace and --task-ttl must be positive")
+	if cfg.MaxContainers < 1 || cfg.QueueTimeout <= 0 || cfg.MaxConnsPerUID < 1 || cfg.ShutdownGrace <= 0 || cfg.TaskTTL <= 0 || cfg.WarmTimeout <= 0 {
+		fmt.Fprintln(os.Stderr, "sluiced: --max-containers, --queue-timeout, --max-conns-per-uid, --shutdown-grace, --task-ttl and --warm-timeout must be positive")
 		os.Exit(2)
 	}
 	var lv slog.Level

@@ -1,0 +1,179 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// TestListenerFrom: only one listening unix stream socket is taken from
+// systemd; whatever else a unit might pass is refused by name.
+func TestListenerFrom(t *testing.T) {
+	dir := t.TempDir()
+	fileOf := func(t *testing.T, c interface{ File() (*os.File, error) }) *os.File {
+		f, err := c.File()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	unixListener := func(t *testing.T, name string) *os.File {
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return fileOf(t, l)
+	}
+	cases := []struct {
+		name  string
+		files func(t *testing.T) []*os.File
+		want  string // "" = accepted
+	}{
+		{"unix stream listener", func(t *testing.T) []*os.File { return []*os.File{unixListener(t, "ok.sock")} }, ""},
+		{"two sockets", func(t *testing.T) []*os.File {
+			return []*os.File{unixListener(t, "a.sock"), unixListener(t, "b.sock")}
+		}, "exactly one ListenStream="},
+		{"datagram socket", func(t *testing.T) []*os.File {
+			c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "dg.sock"), Net: "unixgram"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return []*os.File{fileOf(t, c)}
+		}, "not a unix stream socket"},
+		{"TCP listener", func(t *testing.T) []*os.File {
+			l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			return []*os.File{fileOf(t, l)}
+		}, "not a unix stream socket"},
+		{"connected stream socket (Accept=yes)", func(t *testing.T) []*os.File {
+			fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			syscall.Close(fds[1])
+			return []*os.File{os.NewFile(uintptr(fds[0]), "pair")}
+		}, "not listening"},
+		{"not a socket", func(t *testing.T) []*os.File {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			return []*os.File{r}
+		}, "not a socket"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			files := c.files(t)
+			l, err := listenerFrom(files)
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.Close()
+			} else if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want one saying %q", err, c.want)
+			}
+			for _, f := range files {
+				if f.Fd() != ^uintptr(0) {
+					t.Errorf("file %s left open", f.Name())
+				}
+			}
+		})
+	}
+}
+
+// notifySocket listens where sd_notify sends (NOTIFY_SOCKET) and hands
+// each datagram on.
+func notifySocket(t *testing.T) <-chan string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify.sock")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NOTIFY_SOCKET", path)
+	msgs := make(chan string, 64)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	t.Cleanup(func() { c.Close() })
+	return msgs
+}
+
+// awaitNotify returns the next notification that has want, failing on
+// one that has unwanted first.
+func awaitNotify(t *testing.T, msgs <-chan string, want, unwanted string) string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatalf("notify socket closed before %q", want)
+			}
+			if unwanted != "" && strings.Contains(m, unwanted) {
+				t.Fatalf("got %q before %q", m, want)
+			}
+			if strings.Contains(m, want) {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("no %q within 30 s", want)
+		}
+	}
+}
+
+// TestNotify: READY=1 only once the pool is warm, STATUS= with a summary,
+// RELOADING=1 then READY=1 around a reload, STOPPING=1 on shutdown.
+func TestNotify(t *testing.T) {
+	testutil.RequireRoot(t)
+	msgs := notifySocket(t)
+	fx := escapetest.Build(t)
+	m := writeManifest(t, fx.Base, `{"schema_version":1,
+	  "tools":{"read_file":{"operation":"read","roots":["workspace/src"]},
+	           "echo":{"operation":"execute","commands":[["echo","hi"]],"pool":1}}}`)
+	dir := t.TempDir()
+	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
+		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), ResolveMode: securefs.ModeAuto,
+		Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil))}
+	stop := launch(t, cfg)
+	ready := awaitNotify(t, msgs, "READY=1", "STOPPING=1")
+	if !strings.Contains(ready, "STATUS=policy ") || !strings.Contains(ready, "2 tools") || !strings.Contains(ready, "pools 1/1 warm") {
+		t.Errorf("READY=1 came without a warm pool's status: %q", ready)
+	}
+	c := clientAs(cfg.Socket, 0)
+	defer c.Close()
+	if _, err := c.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := awaitNotify(t, msgs, "RELOADING=1", "READY=1"); !strings.Contains(r, "MONOTONIC_USEC=") {
+		t.Errorf("RELOADING=1 without MONOTONIC_USEC: %q", r)
+	}
+	awaitNotify(t, msgs, "READY=1", "STOPPING=1")
+	stop()
+	awaitNotify(t, msgs, "STOPPING=1", "")
+}

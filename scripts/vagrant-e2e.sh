@@ -289,6 +289,7 @@ host_prep() {
     export SLUICE_VM_GOCACHE=$gc
   else
     unset SLUICE_VM_GOCACHE
+    CURRENT_NOTE="module proxy dir; no build cache (SLUICE_VM_GOCACHE=0)"
   fi
 }
 phase "host prep" "module proxy dir, warm build cache" host_prep

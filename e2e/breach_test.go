@@ -39,7 +39,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for sandbox.Containers(d.runDir) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the pool never filled\n%s", d.stderr)
+			t.Fatalf("the pool never filled\n%s", d.logs)
 		}
 		time.Sleep(10 * time.Millisecond) // polling up to the deadline
 	}

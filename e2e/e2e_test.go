@@ -43,7 +43,18 @@ func TestMain(m *testing.M) {
 		}
 		binDir = dir
 	}
-	testutil.Main(m)
+	md, err := setupManaged()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(1)
+	}
+	if md == nil {
+		testutil.Main(m)
+		return
+	}
+	managed = md
+	fmt.Fprintf(os.Stderr, "e2e: against the managed sluiced at %s (manifest %s); tests that own their daemon start one\n", md.socket, md.manifest)
+	testutil.MainWith(m, md.teardown)
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
@@ -55,12 +66,30 @@ type daemon struct {
 	stateDir string
 	runDir   string
 	manifest string
-	stderr   *syncBuffer
+	logs     fmt.Stringer // its stderr, or the managed daemon's log
 	c        *client.Client
 	exited   chan error
+	managed  *managedDaemon // set when the test uses the managed daemon
+	released bool
 }
 
+// startDaemon gives the test a sluiced serving manifest: the managed one
+// when SLUICE_E2E_SOCKET is set (see managed_test.go), else its own.
 func startDaemon(t *testing.T, manifest string) *daemon {
+	t.Helper()
+	if managed == nil {
+		return startOwnDaemon(t, manifest)
+	}
+	d := &daemon{t: t, socket: managed.socket, stateDir: managed.stateDir, runDir: managed.runDir,
+		manifest: manifest, logs: commandLog{managed}, managed: managed, c: client.New(managed.socket)}
+	t.Cleanup(d.stop)
+	managed.use(d)
+	return d
+}
+
+// startOwnDaemon starts a sluiced process of the test's own: for tests
+// that signal, kill or restart it.
+func startOwnDaemon(t *testing.T, manifest string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &daemon{t: t, socket: filepath.Join(dir, "s.sock"), stateDir: filepath.Join(dir, "state"),
@@ -72,10 +101,11 @@ func startDaemon(t *testing.T, manifest string) *daemon {
 
 func (d *daemon) start() {
 	d.t.Helper()
-	d.stderr = &syncBuffer{}
+	stderr := &syncBuffer{}
+	d.logs = stderr
 	d.cmd = exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", d.manifest, "--socket", d.socket,
 		"--state-dir", d.stateDir, "--run-dir", d.runDir)
-	d.cmd.Stderr = d.stderr
+	d.cmd.Stderr = stderr
 	if err := d.cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}
@@ -89,17 +119,25 @@ func (d *daemon) start() {
 		}
 		select {
 		case err := <-d.exited:
-			d.t.Fatalf("sluiced exited: %v\n%s", err, d.stderr)
+			d.t.Fatalf("sluiced exited: %v\n%s", err, d.logs)
 		default:
 		}
 		if time.Now().After(deadline) {
-			d.t.Fatalf("sluiced not ready\n%s", d.stderr)
+			d.t.Fatalf("sluiced not ready\n%s", d.logs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
 func (d *daemon) stop() {
+	if d.managed != nil {
+		if !d.released {
+			d.released = true
+			d.c.Close()
+			d.managed.release(d)
+		}
+		return
+	}
 	if d.cmd == nil {
 		return
 	}
@@ -189,7 +227,7 @@ func TestEscapeTable(t *testing.T) {
 	if b, _ := os.ReadFile(d.ledger()); bytes.Contains(b, []byte(escapetest.Secret)) {
 		t.Fatal("a secret reached the ledger")
 	}
-	if strings.Contains(d.stderr.String(), escapetest.Secret) {
+	if strings.Contains(d.logs.String(), escapetest.Secret) {
 		t.Fatal("a secret reached the daemon's log")
 	}
 }
@@ -298,20 +336,34 @@ func TestCLI(t *testing.T) {
 	if out, _, code := sluice(t, "", "audit", "tail", "-n", "3", d.ledger()); code != 0 || strings.Count(out, "\n") != 3 {
 		t.Errorf("audit tail: %d %q", code, out)
 	}
+	// Tamper with a copy (the managed daemon's ledger is live): the last
+	// decision's verdict, which verify must catch at that record's seq.
 	b, _ := os.ReadFile(d.ledger())
 	lines := bytes.SplitAfter(b, []byte("\n"))
-	lines[2] = bytes.Replace(lines[2], []byte(`"verdict":"deny"`), []byte(`"verdict":"allow"`), 1)
-	lines[2] = bytes.Replace(lines[2], []byte(`"verdict":"allow"`), []byte(`"verdict":"ALLOW"`), 1)
-	os.WriteFile(d.ledger(), bytes.Join(lines, nil), 0o600)
-	out, _, code := sluice(t, "", "audit", "verify", d.ledger())
-	if code != 1 || !strings.Contains(out, "BROKEN at seq 3") {
-		t.Errorf("tampered ledger: exit %d, %q", code, out)
+	seq := -1
+	for i := len(lines) - 1; i >= 0 && seq < 0; i-- {
+		var rec struct {
+			Seq     int    `json:"seq"`
+			Verdict string `json:"verdict"`
+		}
+		if json.Unmarshal(lines[i], &rec) == nil && rec.Verdict != "" {
+			seq = rec.Seq
+			lines[i] = bytes.Replace(lines[i], []byte(`"verdict":"`+rec.Verdict+`"`), []byte(`"verdict":"ALLOW"`), 1)
+		}
+	}
+	if seq < 0 {
+		t.Fatal("no decision in the ledger")
+	}
+	tampered := writeFile(t, t.TempDir(), "audit.jsonl", string(bytes.Join(lines, nil)))
+	out, _, code := sluice(t, "", "audit", "verify", tampered)
+	if want := fmt.Sprintf("BROKEN at seq %d", seq); code != 1 || !strings.Contains(out, want) {
+		t.Errorf("tampered ledger: exit %d, %q, want %q", code, out, want)
 	}
 }
 
 func TestSignals(t *testing.T) {
 	fx := escapetest.Build(t)
-	d := startDaemon(t, fx.Manifest)
+	d := startOwnDaemon(t, fx.Manifest)
 	ctx := context.Background()
 	before, _ := d.c.Health(ctx)
 	// SIGHUP with an invalid manifest: refused, old one kept, still serving.
@@ -319,9 +371,9 @@ func TestSignals(t *testing.T) {
 	os.WriteFile(fx.Manifest, []byte(`{"schema_version":1,"tools":{}}`), 0o644)
 	d.cmd.Process.Signal(syscall.SIGHUP)
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.stderr.String(), "reload refused") { // the refusal is the event
+	for !strings.Contains(d.logs.String(), "reload refused") { // the refusal is the event
 		if time.Now().After(deadline) {
-			t.Fatalf("refusal not logged: %s", d.stderr)
+			t.Fatalf("refusal not logged: %s", d.logs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -361,7 +413,7 @@ func TestSignals(t *testing.T) {
 // the daemon cuts the torn line, records that it did, and the chain holds.
 func TestCrashRecovery(t *testing.T) {
 	fx := escapetest.Build(t)
-	d := startDaemon(t, fx.Manifest)
+	d := startOwnDaemon(t, fx.Manifest)
 	for range 5 {
 		d.read("read_file", "workspace/src/a.py")
 	}

@@ -96,7 +96,7 @@ func TestExecuteBlackBox(t *testing.T) {
 func TestExecuteCrashRecovery(t *testing.T) {
 	testutil.RequireRoot(t)
 	_, m := execManifest(t)
-	d := startDaemon(t, m)
+	d := startOwnDaemon(t, m)
 	go d.c.Call(context.Background(), api.CallRequest{Tool: "sleeper"})
 	// Killed while the sleeper's own command runs: its allowed decision
 	// is in the ledger and its "sleep 600" is a live process in the run
@@ -119,8 +119,8 @@ func TestExecuteCrashRecovery(t *testing.T) {
 		t.Fatalf("after restart: %v %+v", err, res)
 	}
 	d.stop() // stderr is complete once the process has exited
-	if !strings.Contains(d.stderr.String(), "removed sandbox leftovers") {
-		t.Errorf("sweep not logged: %s", d.stderr)
+	if !strings.Contains(d.logs.String(), "removed sandbox leftovers") {
+		t.Errorf("sweep not logged: %s", d.logs)
 	}
 	if left := sandbox.Leftovers(d.runDir); len(left) > 0 {
 		for _, l := range left {
@@ -158,4 +158,67 @@ func sleeperRunning(runDir string) bool {
 		}
 	}
 	return false
+}
+
+// TestExecuteLimitsBlackBox: the limits a manifest sets, enforced by the
+// real daemon's cgroups (cgroup v1 or v2, in or outside systemd): memory
+// (an OOM kill is limit_exceeded and the daemon goes on serving), pids
+// (a fork bomb), the timeout, an exit code, and no network.
+func TestExecuteLimitsBlackBox(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	os.Chmod(fx.Base, 0o755)
+	bin, _ := os.ReadFile(testutil.Probe(t))
+	os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755)
+	port, accepted := testutil.Listener(t)
+	tool := func(argv []string, extra string) string {
+		b, _ := json.Marshal(argv)
+		return `{"operation":"execute","mounts":["workspace/tests"],"cwd":"workspace/tests","pool":1,"commands":[` + string(b) + `]` + extra + `}`
+	}
+	m := writeFile(t, fx.Base, "limits.json", `{"schema_version":1,"tools":{
+	  "balloon":`+tool([]string{"./probe", "balloon", "512"}, `,"memory_mb":32,"timeout_ms":60000`)+`,
+	  "forkbomb":`+tool([]string{"sh", "-c", "b() { b | b & }; b; sleep 100"}, `,"pids":16,"timeout_ms":5000`)+`,
+	  "sleeper":`+tool([]string{"sleep", "600"}, `,"timeout_ms":1000`)+`,
+	  "egress":`+tool([]string{"./probe", "connect", port}, `,"timeout_ms":60000`)+`,
+	  "exit3":`+tool([]string{"sh", "-c", "echo out; exit 3"}, `,"timeout_ms":60000`)+`}}`)
+	d := startDaemon(t, m)
+	for _, tc := range []struct {
+		tool, reason, want string
+		ok                 bool
+		exit               int
+	}{
+		{"balloon", "limit_exceeded", "", false, -1},
+		{"forkbomb", "limit_exceeded", "", false, -1},
+		{"sleeper", "timeout", "", false, -1},
+		{"egress", "allowed", "blocked:connect", true, 0},
+		{"exit3", "allowed", "out", false, 3},
+	} {
+		res, err := d.c.Call(context.Background(), api.CallRequest{Tool: tc.tool, Args: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.tool, err)
+		}
+		out := res.Stderr
+		if res.Output != nil {
+			out = *res.Output + out
+		}
+		if res.Verdict != "allow" || string(res.Reason) != tc.reason || res.OK != tc.ok || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: %s/%s ok=%t, want allow/%s ok=%t with %q: %q", tc.tool, res.Verdict, res.Reason, res.OK, tc.reason, tc.ok, tc.want, out)
+		}
+		if tc.exit >= 0 && (res.ExitCode == nil || *res.ExitCode != tc.exit) {
+			t.Errorf("%s: exit code %v, want %d", tc.tool, res.ExitCode, tc.exit)
+		}
+		if _, err := d.c.Health(context.Background()); err != nil {
+			t.Fatalf("the daemon stopped serving after %s: %v", tc.tool, err)
+		}
+	}
+	if accepted() != 0 {
+		t.Error("a container reached a listener on the host's 127.0.0.1")
+	}
+	d.stop()
+	if left := sandbox.Leftovers(d.runDir); d.managed == nil && len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+	if out, _, code := sluice(t, "", "audit", "verify", d.ledger()); code != 0 {
+		t.Fatalf("audit verify: %s", out)
+	}
 }

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,12 +34,28 @@ func agentCLI(t *testing.T, socket string, args ...string) *exec.Cmd {
 	os.WriteFile(bin, b, 0o755)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{"SLUICE_SOCKET=" + socket, "PATH=/usr/bin:/bin"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cred := &syscall.Credential{Uid: 65534, Gid: 65534}
+	if managed != nil {
+		// The service's socket is root:sluice 0660: an agent's user is a
+		// member of group sluice (README "Install as a service").
+		g, err := user.LookupGroup("sluice")
+		if err != nil {
+			t.Fatalf("the managed daemon's socket group: %v", err)
+		}
+		gid, _ := strconv.ParseUint(g.Gid, 10, 32)
+		cred.Groups = []uint32{uint32(gid)}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	return cmd
 }
 
+// openSocket lets uid 65534 reach the test's own daemon's socket; the
+// managed daemon's is reached through group sluice (agentCLI).
 func openSocket(t *testing.T, d *daemon) {
 	t.Helper()
+	if d.managed != nil {
+		return
+	}
 	os.Chmod(filepath.Dir(d.socket), 0o755)
 	os.Chmod(filepath.Dir(filepath.Dir(d.socket)), 0o755)
 	os.Chmod(d.socket, 0o666) // the test's own socket: let uid 65534 in
@@ -138,7 +156,7 @@ func TestWriteKilledMidway(t *testing.T) {
 		versions[strings.Repeat(c, 700<<10)] = true
 	}
 	os.WriteFile(target, []byte(strings.Repeat("A", 700<<10)), 0o644)
-	d := startDaemon(t, m)
+	d := startOwnDaemon(t, m)
 	results := make(chan error, 64)
 	go func() {
 		for i := 0; ; i++ {
@@ -183,7 +201,7 @@ func TestWriteKilledMidway(t *testing.T) {
 // tampered ledger (exit 1).
 func TestReplay(t *testing.T) {
 	fx := escapetest.Build(t)
-	d := startDaemon(t, fx.Manifest)
+	d := startOwnDaemon(t, fx.Manifest)
 	for _, p := range []string{"workspace/src/a.py", "workspace/src/sub/b.txt", "workspace/src/.env", "workspace/secret.txt"} {
 		d.read("read_file", p)
 	}

@@ -241,7 +241,14 @@ func killAndDestroy(c *libcontainer.Container) error {
 // killed they are reaped by PID 1 (systemd does; some test sandboxes'
 // PID 1 never reaps).
 func Leftovers(dir string) []string {
-	r := &Runner{dir: dir, scope: scopeOf(dir), cgroups: currentLayout()}
+	return LeftoversIn(dir, currentLayout())
+}
+
+// LeftoversIn is Leftovers with the cgroups looked for in layout l: a
+// test outside the service (an e2e suite driving a systemd-managed
+// sluiced) names the service's layout, CgroupLayout{Service: "/system.slice/sluiced.service"}.
+func LeftoversIn(dir string, l CgroupLayout) []string {
+	r := &Runner{dir: dir, scope: scopeOf(dir), cgroups: l}
 	var out []string
 	out = append(out, r.CgroupLeftovers()...)
 	for _, m := range mountsUnder(r.rootfsDir()) {

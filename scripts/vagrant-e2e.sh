@@ -273,7 +273,9 @@ phase "host packages" "apt, only what is missing" host_packages
 # content (toolchain, flags, sources, C compiler), so one that does not fit
 # is a miss, never a wrong object.
 host_prep() {
-  go mod download # the host's own module cache, as scripts/deps.sh does
+  # The host's build dependencies (libseccomp-dev, gcc…) and its own module
+  # cache, as `make` gets them: a fresh machine may have neither yet.
+  scripts/deps.sh
   local hostmods
   hostmods=$(go env GOMODCACHE)
   [ ! -d "$RUN/modcache" ] || chmod -R u+w "$RUN/modcache"

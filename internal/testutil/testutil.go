@@ -22,10 +22,20 @@ import (
 // after the tests that was not alive before them (and is not one the
 // runtime or the testing package keeps) is a leak, reported with its
 // stack, even if as many others exited meanwhile.
-func Main(m *testing.M) {
+func Main(m *testing.M) { MainWith(m, nil) }
+
+// MainWith is Main with after run once the tests have run, passed or not,
+// before the leak check (a teardown); an error from it fails the run.
+func MainWith(m *testing.M, after func() error) {
 	fdsBefore := openFDs()
 	goBefore := Goroutines()
 	code := m.Run()
+	if after != nil {
+		if err := after(); err != nil {
+			fmt.Fprintf(os.Stderr, "after the tests: %v\n", err)
+			code = 1
+		}
+	}
 	if code == 0 {
 		if err := settle(func() error {
 			if leaked := LeakedGoroutines(goBefore); len(leaked) > 0 {

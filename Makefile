@@ -5,7 +5,7 @@ export CGO_ENABLED := 1
 GO ?= go
 BUILD_FLAGS := -tags seccomp -trimpath
 
-.PHONY: all help deps build test demo bench bench-read vet clean
+.PHONY: all help deps build test demo bench bench-read vet clean vagrant-e2e
 
 all: build
 
@@ -13,6 +13,7 @@ help:
 	@echo "make demo   - build, start sluiced on the example, run a scripted agent session, verify the audit"
 	@echo "make test   - the whole suite as root: vet, unit, e2e over the real socket, race, fuzz"
 	@echo "make build  - bin/sluiced and bin/sluice"
+	@echo "make vagrant-e2e - a Debian 12 VM (libvirt): install.sh, the socket-activated service, the e2e suite against it; destroyed after"
 	@echo "make bench  - benchmarks against the transport, durability and spawn floors (prints ratios)"
 	@echo "make deps   - apt packages (only if missing) and Go modules"
 
@@ -35,6 +36,11 @@ test: build
 
 demo: build
 	@scripts/demo.sh
+
+# Builds its own box offline (cached), runs libvirt in a network namespace
+# of its own, and always destroys the VM: README "Running the VM e2e".
+vagrant-e2e:
+	@scripts/vagrant-e2e.sh
 
 bench: build bench-read
 

@@ -117,7 +117,8 @@ mount "$loop" "$mnt"
 
 pkgs=(systemd systemd-sysv udev dbus linux-image-cloud-amd64 grub-pc-bin openssh-server sudo iproute2 rsync
   ca-certificates procps less
-  gcc libc6-dev pkg-config libseccomp-dev make python3 git)
+  gcc libc6-dev pkg-config libseccomp-dev make python3 git
+  bubblewrap runc) # the baselines of bench/exec.sh (SLUICE_VM_BENCH=1): the VM has no apt
 mkdir -p "$CACHE/debs"
 log "debootstrap --variant=minbase $SUITE (${#pkgs[@]} extra packages)"
 debootstrap --variant=minbase --cache-dir="$CACHE/debs" --include="$(IFS=,; echo "${pkgs[*]}")" \

@@ -26,6 +26,7 @@
 #   SLUICE_VM_NETNS    namespace name (default sluice-vm), or 0 (see above)
 #   SLUICE_VM_CACHE    box, build cache and run state (default /var/cache/sluice-vagrant)
 #   SLUICE_VM_TIMEOUT  seconds for each phase (default 900)
+#   SLUICE_VM_BENCH    1: also run bench/exec.sh in the VM (short; not in CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
@@ -288,6 +289,9 @@ host_prep() {
     # It grows with every change of the tree: start over past 2 GiB.
     if [ -d "$gc" ] && (($(du -sm "$gc" | cut -f1) > 2048)); then rm -rf "$gc"; fi
     GOCACHE=$gc GOFLAGS=-buildvcs=false go build -tags seccomp -trimpath -o "$RUN/hostbin/" ./cmd/sluiced ./cmd/sluice
+    # and the test binaries vm-inside.sh runs (-trimpath: the tree is at
+    # another path in the VM, /vagrant)
+    GOCACHE=$gc GOFLAGS=-buildvcs=false go test -c -tags seccomp -trimpath -o "$RUN/hostbin/" ./e2e ./sandbox
     export SLUICE_VM_GOCACHE=$gc
   else
     unset SLUICE_VM_GOCACHE
@@ -340,4 +344,4 @@ VM_UP=1
 phase up "boot to ssh, rsync of the tree" vagrant_t up --provider=libvirt --no-provision
 phase provision "deps check, go mod download from file://" vagrant_t provision
 phase "inside script" "scripts/vm-inside.sh as root in the VM" \
-  vagrant_t ssh -c 'sudo bash -c ". /etc/sluice-vm.env && cd /vagrant && exec scripts/vm-inside.sh"'
+  vagrant_t ssh -c "sudo SLUICE_VM_BENCH=${SLUICE_VM_BENCH:-0} bash -c '. /etc/sluice-vm.env && cd /vagrant && exec scripts/vm-inside.sh'"

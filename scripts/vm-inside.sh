@@ -1,26 +1,61 @@
 #!/usr/bin/env bash
 # Runs inside the e2e VM, as root, from the synced tree (/vagrant):
-# scripts/vagrant-e2e.sh calls it after provisioning. For now a smoke test
-# of sluiced under the VM's real systemd (cgroup v2): make build; sluiced in
-# a transient unit with a delegated cgroup on a small manifest; a read call
-# and an execute call through bin/sluice; systemctl status; stop; nothing
-# left behind. Every check fails the run; nothing is skipped.
+# scripts/vagrant-e2e.sh calls it after provisioning. sluice as a user
+# gets it: make build; scripts/install.sh (twice: idempotent); the socket
+# enabled and the service started by socket activation (Type=notify); its
+# cgroups in its delegated subtree; calls on the example manifest;
+# systemctl reload; the black-box e2e suite driving that systemd-managed
+# daemon (SLUICE_E2E_SOCKET) and the sandbox's tests on pure cgroup v2;
+# sluice audit verify; systemctl stop with a command running, then a leak
+# check; restart through the socket; install.sh --uninstall. Every check
+# fails the run; nothing is skipped.
 #
-# Under TCG every process spawn costs ~50x what it does on a host: keep it lean.
+# SLUICE_VM_BENCH=1 also runs bench/exec.sh (short: --n 20 --seconds 2).
+#
+# Under TCG every process spawn costs ~50x what it does on a host: checks
+# read /proc and /sys with the shell's builtins where they can.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ ! -f /etc/sluice-vm.env ] || . /etc/sluice-vm.env
 
-UNIT=sluiced-smoke
-SMOKE=/var/lib/sluice-smoke
-RUNDIR=/run/sluice-smoke
-export SLUICE_SOCKET=$RUNDIR/sluice.sock
+SVC=sluiced.service
+SOCK=/run/sluice/sluice.sock
+MANIFEST=/etc/sluice/manifest.json
+LEDGER=/var/lib/sluice/audit.jsonl
+RUNDIR=/run/sluice/sandbox
+E2E_TMP=/srv/sluice/e2e
+SLUICE=/usr/local/bin/sluice
+export SLUICE_SOCKET=$SOCK
 
-fail() { echo "vm-inside: FAIL: $*" >&2; exit 1; }
+fail() {
+  echo "vm-inside: FAIL: $*" >&2
+  if systemctl cat "$SVC" >/dev/null 2>&1; then
+    systemctl status "$SVC" --no-pager -l >&2 || true
+    journalctl -u "$SVC" --no-pager -o cat -n 40 >&2 || true
+  fi
+  exit 1
+}
 step() { printf '\n== %s\n' "$*"; }
 declare -a T=()
 t0=$(date +%s)
-lap() { local now; now=$(date +%s); T+=("$(printf '  %-22s %4d s' "$1" $((now - t0)))"); t0=$now; }
+lap() { local now; now=$(date +%s); T+=("$(printf '  %-28s %4d s' "$1" $((now - t0)))"); t0=$now; }
+# wait_for SECONDS WHAT CMD...: polls CMD (a condition, every 0.1 s) up to
+# SECONDS. CMD's words are expanded once: a condition that reads state is a
+# function.
+wait_for() {
+  local secs=$1 what=$2 i
+  shift 2
+  for ((i = 0; i < secs * 10; i++)); do
+    if "$@"; then return 0; fi
+    sleep 0.1
+  done
+  fail "$what: not within $secs s"
+}
+prop() { systemctl show -P "$1" "$SVC"; }
+is_active() { [ "$(prop ActiveState)" = active ]; }
+# agent CMD...: as uid 65534 (the example manifest's agent), a member of
+# group sluice, as an agent's user would be (README step 2).
+agent() { setpriv --reuid 65534 --regid 65534 --groups "$SLUICE_GID" "$@"; }
 
 [ "$(id -u)" = 0 ] || fail "run as root"
 [ "$(cat /proc/1/comm)" = systemd ] || fail "PID 1 is $(cat /proc/1/comm), not systemd"
@@ -34,103 +69,193 @@ step "make build"
 make build
 lap "make build"
 
-cleanup() {
-  local rc=$?
-  if systemctl -q is-active "$UNIT" 2>/dev/null; then
-    echo "vm-inside: stopping $UNIT" >&2
-    systemctl stop "$UNIT" || true
-  fi
-  systemctl reset-failed "$UNIT" 2>/dev/null || true
-  exit $rc
-}
-trap cleanup EXIT
-
-step "a small manifest: read_file (workspace/src) and echo (execute, a warm pool of 1)"
-rm -rf "$SMOKE" "$RUNDIR"
-mkdir -p "$SMOKE/workspace/src" "$RUNDIR"
-echo "hello from the workspace" >"$SMOKE/workspace/src/hello.txt"
-cat >"$SMOKE/manifest.json" <<'EOF'
-{
-  "schema_version": 1,
-  "tools": {
-    "read_file": {"operation": "read", "roots": ["workspace/src"], "max_bytes": 4096},
-    "echo": {"operation": "execute", "commands": [["/bin/echo", "hello from the sandbox"]],
-             "pool": 1, "timeout_ms": 60000}
-  }
-}
-EOF
-
-step "systemd-run --unit=$UNIT -p Delegate=yes ... bin/sluiced"
-systemctl reset-failed "$UNIT" 2>/dev/null || true
-systemd-run --unit="$UNIT" --description="sluiced smoke test" \
-  -p Delegate=yes -p KillMode=mixed -p TimeoutStopSec=60 \
-  "$PWD/bin/sluiced" --manifest "$SMOKE/manifest.json" --socket "$SLUICE_SOCKET" \
-  --state-dir "$SMOKE/state" --run-dir "$RUNDIR/sandbox" --log-level info
-ok=0
-for _ in $(seq 600); do # up to 60 s: under TCG the first start is slow
-  if bin/sluice health >/dev/null 2>&1; then ok=1; break; fi
-  systemctl -q is-active "$UNIT" || break
-  sleep 0.1
+step "scripts/install.sh"
+scripts/install.sh | tee /tmp/install1.log
+grep -q '^install: installed /usr/local/bin/sluiced$' /tmp/install1.log || fail "install.sh did not install sluiced"
+for f in /usr/local/bin/sluiced /usr/local/bin/sluice /usr/local/bin/sluice-helper /etc/systemd/system/sluiced.service \
+  /etc/systemd/system/sluiced.socket /etc/tmpfiles.d/sluice.conf "$MANIFEST"; do
+  [ -e "$f" ] || fail "install.sh did not make $f"
 done
-if ((!ok)); then
-  systemctl status "$UNIT" --no-pager -l || true
-  journalctl -u "$UNIT" --no-pager -n 50 || true
-  fail "sluiced did not answer /v1/health"
-fi
-bin/sluice health
-lap "sluiced up"
+SLUICE_GID=$(getent group sluice | cut -d: -f3)
+[ -n "$SLUICE_GID" ] || fail "install.sh made no group sluice"
+[ "$(stat -c '%a %U %G' /run/sluice)" = "750 root sluice" ] || fail "/run/sluice is $(stat -c '%a %U %G' /run/sluice)"
+step "scripts/install.sh again: nothing changes"
+scripts/install.sh | tee /tmp/install2.log
+if grep -E '^install: (installed|updated|created) ' /tmp/install2.log; then fail "the second install.sh changed things"; fi
+systemd-analyze verify /etc/systemd/system/sluiced.socket /etc/systemd/system/sluiced.service
+lap "install.sh x2"
 
-step "a read call: sluice call read_file"
-out=$(bin/sluice call read_file --args '{"path":"workspace/src/hello.txt"}')
-echo "read_file -> $out"
-[ "$out" = "hello from the workspace" ] || fail "read_file returned '$out'"
+step "systemctl enable --now sluiced.socket: the service waits for its first connection"
+systemctl enable --now sluiced.socket
+[ "$(systemctl is-active sluiced.socket)" = active ] || fail "sluiced.socket is not active"
+[ "$(prop ActiveState)" = inactive ] || fail "$SVC is $(prop ActiveState) before any connection"
+[ "$(stat -c '%a %U %G' "$SOCK")" = "660 root sluice" ] || fail "$SOCK is $(stat -c '%a %U %G' "$SOCK")"
+echo "$SVC: $(prop ActiveState) (Type=$(prop Type)); $SOCK: $(stat -c '%A %U:%G' "$SOCK")"
+agent "$SLUICE" health
+echo "after the first connection: $SVC $(prop ActiveState)"
+# READY=1 comes once the warm pool is filled: under TCG that takes a while.
+wait_for 180 "$SVC active (READY=1)" is_active
+echo "$SVC: $(prop ActiveState)/$(prop SubState), status: $(prop StatusText)"
+[[ "$(prop StatusText)" == *policy* ]] || fail "no STATUS= with the policy: '$(prop StatusText)'"
+journalctl -u "$SVC" --no-pager -o cat | grep -q '"socket_activated":true' || fail "sluiced did not log socket_activated true"
+lap "socket activation"
+
+step "cgroups: the daemon in its leaf, containers in the service's delegated subtree"
+CG=$(prop ControlGroup)
+PID=$(prop MainPID)
+read -r self </proc/"$PID"/cgroup
+echo "ControlGroup=$CG; sluiced (pid $PID): $self"
+[ "$self" = "0::$CG/daemon" ] || fail "sluiced is in $self, not $CG/daemon"
+wait_for 60 "a warm container's cgroup under $CG/containers" compgen -G "/sys/fs/cgroup$CG/containers/*/*/cgroup.procs"
+ls -d /sys/fs/cgroup"$CG"/containers/*/* | sed 's/^/  /'
+[ ! -e /sys/fs/cgroup/sluice ] || fail "containers' cgroups outside the service: $(ls /sys/fs/cgroup/sluice)"
+
+step "calls on the example manifest, as the agent (uid 65534, group sluice)"
+out=$(agent "$SLUICE" call read_file --args '{"path":"workspace/src/calc.py"}')
+[[ "$out" == *"def "* ]] || fail "read_file calc.py: $out"
+echo "read_file workspace/src/calc.py: $(wc -l <<<"$out") lines"
 rc=0
-bin/sluice call read_file --args '{"path":"workspace/src/../manifest.json"}' >/dev/null 2>"$SMOKE/deny.err" || rc=$?
-echo "read_file of workspace/src/../manifest.json -> exit $rc: $(cat "$SMOKE/deny.err")"
-((rc == 3)) || fail "a read outside the root was not denied (exit $rc)"
-
-step "an execute call: sluice call echo"
-out=$(bin/sluice call echo)
-echo "echo -> $out"
-[ "$out" = "hello from the sandbox" ] || fail "echo returned '$out'"
+agent "$SLUICE" call read_file --args '{"path":"workspace/src/../../../etc/shadow"}' 2>/tmp/deny.err || rc=$?
+echo "read_file of ../../../etc/shadow: exit $rc, $(cat /tmp/deny.err)"
+((rc == 3)) || fail "a read outside the roots was not denied (exit $rc)"
+out=$(agent "$SLUICE" call run_tests 2>&1) || fail "run_tests: $out"
+[[ "$out" == *OK* ]] || fail "run_tests: $out"
+echo "run_tests: $(tail -n 1 <<<"$out")"
+rc=0
+"$SLUICE" call read_file --args '{"path":"workspace/src/calc.py"}' 2>/tmp/root.err || rc=$?
+echo "root (principal ops: no tools) calling read_file: exit $rc, $(cat /tmp/root.err)"
+((rc == 3)) || fail "root's call was not denied (exit $rc)"
 lap "calls"
 
-step "systemctl status $UNIT"
-systemctl status "$UNIT" --no-pager -l
-echo
-echo "the unit's cgroup: $(systemctl show -P ControlGroup "$UNIT")"
-echo "sandbox cgroups: $(find /sys/fs/cgroup -type d -path '*sluice*' ! -path '*sluiced-smoke*' | head -n 5 | tr '\n' ' ')"
-if journalctl -u "$UNIT" --no-pager -o cat | grep -q '"level":"ERROR"'; then
-  journalctl -u "$UNIT" --no-pager -o cat | grep '"level":"ERROR"' | tail -n 5
-  fail "sluiced logged errors"
+step "systemctl reload sluiced"
+before=$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')
+systemctl reload "$SVC"
+wait_for 60 "the reload logged" sh -c 'journalctl -u sluiced.service --no-pager -o cat | grep -q "manifest reloaded"'
+[ "$(prop ActiveState)" = active ] || fail "$SVC is $(prop ActiveState) after reload"
+[ "$(prop MainPID)" = "$PID" ] || fail "the reload restarted sluiced"
+after=$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')
+[ "$before" = "$after" ] || fail "an unchanged manifest changed the policy version"
+echo "reloaded in place (pid $PID, $after)"
+lap "reload"
+
+step "the e2e suite against the systemd-managed daemon (SLUICE_E2E_SOCKET=$SOCK)"
+mkdir -p "$E2E_TMP"
+set +e
+SLUICE_E2E_SOCKET=$SOCK TMPDIR=$E2E_TMP SLUICE_BIN_DIR=/usr/local/bin \
+  go test -trimpath -tags seccomp -count=1 -timeout 30m -v ./e2e/ 2>&1 | tee /tmp/e2e.log | grep -E '^(---|ok|FAIL|PASS|e2e:|panic)|^\s+\S+_test\.go:'
+rc=${PIPESTATUS[0]}
+set -e
+((rc == 0)) || fail "the e2e suite failed (exit $rc; /tmp/e2e.log in the VM)"
+lap "e2e suite (managed daemon)"
+
+step "the sandbox's tests on pure cgroup v2 (limits, OOM, pids, leftovers)"
+set +e
+go test -trimpath -tags seccomp -count=1 -timeout 30m -v ./sandbox/ 2>&1 | tee /tmp/sandbox.log | grep -E '^(---|ok|FAIL|PASS|panic)|^\s+\S+_test\.go:'
+rc=${PIPESTATUS[0]}
+set -e
+((rc == 0)) || fail "the sandbox tests failed (exit $rc; /tmp/sandbox.log in the VM)"
+lap "sandbox tests (v2)"
+
+if [ "${SLUICE_VM_BENCH:-0}" = 1 ]; then
+  step "bench/exec.sh --n 20 --seconds 2 (SLUICE_VM_BENCH=1)"
+  bench/exec.sh --n 20 --seconds 2
+  lap "bench/exec.sh"
 fi
 
-step "systemctl stop $UNIT; nothing is left"
-cg=$(systemctl show -P ControlGroup "$UNIT")
-systemctl stop "$UNIT"
-state=$(systemctl show -P ActiveState "$UNIT")
-result=$(systemctl show -P Result "$UNIT")
-echo "after stop: ActiveState=$state Result=$result"
-[ "$state" = inactive ] || fail "$UNIT is $state after stop (result $result)"
-left=()
-[ -z "$cg" ] || [ ! -d "/sys/fs/cgroup$cg" ] || left+=("unit cgroup /sys/fs/cgroup$cg")
-# (one process each, not one per /proc entry: spawns are dear under TCG)
-while read -r p; do left+=("process $p running bin/sluiced"); done < <(
-  find /proc -maxdepth 2 -name exe -lname "$PWD/bin/sluiced" 2>/dev/null | cut -d/ -f3)
-while read -r f; do left+=("process $(cut -d/ -f3 <<<"$f") in a sluice cgroup"); done < <(
-  grep -l '/sluice/' /proc/[0-9]*/cgroup 2>/dev/null || true)
-while read -r d; do left+=("cgroup $d"); done < <(find /sys/fs/cgroup -mindepth 1 -type d -path '*/sluice/*' 2>/dev/null)
-while read -r m; do left+=("mount $m"); done < <(awk -v r="$RUNDIR" -v s="$SMOKE" '$5 ~ "^(" r "|" s ")" { print $5 }' /proc/self/mountinfo)
-if [ -d "$RUNDIR/sandbox/rootfs" ]; then
-  for e in "$RUNDIR"/sandbox/rootfs/*; do [ -e "$e" ] && left+=("rootfs $e"); done
-fi
-if ((${#left[@]})); then
+step "sluice audit verify $LEDGER"
+"$SLUICE" audit verify "$LEDGER"
+lap "audit verify"
+
+step "systemctl stop sluiced with a command running: nothing is left"
+cp "$MANIFEST" /tmp/manifest.orig
+python3 - "$MANIFEST" <<'EOF'
+import json, sys
+p = sys.argv[1]
+m = json.load(open(p))
+m["tools"]["slow"] = {"operation": "execute", "commands": [["sleep", "600"]], "timeout_ms": 600000, "pool": 0}
+open(p + ".new", "w").write(json.dumps(m, indent=2))
+EOF
+mv "$MANIFEST.new" "$MANIFEST"
+before=$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')
+systemctl reload "$SVC"
+version_changed() { [ "$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')" != "$before" ]; }
+wait_for 60 "the manifest with the slow tool loaded" version_changed
+agent "$SLUICE" call slow --json >/tmp/slow.out 2>&1 &
+slow=$!
+# argv PID: its command line, words joined by spaces (bash builtins only)
+argv() {
+  local -a a=()
+  mapfile -d '' -t a </proc/"$1"/cmdline 2>/dev/null || return 1
+  echo "${a[*]}"
+}
+sleeping() {
+  local f p
+  for f in /sys/fs/cgroup"$CG"/containers/*/*/cgroup.procs; do
+    [ -r "$f" ] || continue
+    while read -r p; do
+      [ "$(argv "$p")" = "sleep 600" ] && return 0
+    done <"$f"
+  done
+  return 1
+}
+wait_for 120 "sleep 600 running in a container" sleeping
+echo "sleep 600 runs in $CG/containers; systemctl stop $SVC"
+s0=$(date +%s.%N)
+systemctl stop "$SVC"
+s1=$(date +%s.%N)
+wait $slow || true
+echo "stopped in $(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.1f", b - a }') s; ActiveState=$(prop ActiveState) Result=$(prop Result)"
+echo "the call's end: $(tail -n 1 /tmp/slow.out)"
+grep -q '"reason":"shutdown"' /tmp/slow.out || fail "the running call did not end with reason shutdown: $(cat /tmp/slow.out)"
+[ "$(prop ActiveState)" = inactive ] || fail "$SVC is $(prop ActiveState) after stop"
+[ "$(prop Result)" = success ] || fail "$SVC stopped with result $(prop Result)"
+leftovers() {
+  local -a left=()
+  local f p c d
+  [ ! -d "/sys/fs/cgroup$CG" ] || left+=("the unit's cgroup /sys/fs/cgroup$CG")
+  # (the tests' own daemons, outside systemd, leave the empty parent dirs
+  # /sys/fs/cgroup/sluice/<scope>; a container would be a dir below them)
+  for d in /sys/fs/cgroup/sluice/*/*/; do [ -d "$d" ] && left+=("cgroup $d"); done
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    c=$(argv "$p") || continue
+    case $c in "sleep 600" | /usr/local/bin/sluiced* | *sluice-helper*) left+=("process $p: $c") ;; esac
+  done
+  while read -r _ _ _ _ m _; do
+    case $m in /run/sluice/*) left+=("mount $m") ;; esac
+  done </proc/self/mountinfo
+  for d in "$RUNDIR"/rootfs/*; do [ -e "$d" ] && left+=("rootfs $d"); done
+  for d in "$RUNDIR"/containers/*; do [ -e "$d" ] && left+=("container state $d"); done
+  ((${#left[@]} == 0)) && return 0
   printf '  left: %s\n' "${left[@]}" >&2
-  fail "sluiced left ${#left[@]} things behind"
-fi
-echo "nothing left: no process, cgroup, mount or rootfs of sluiced"
-[ ! -e "$SLUICE_SOCKET" ] || echo "(the socket file $SLUICE_SOCKET stays; a restart replaces it)"
-lap "stop and check"
+  return 1
+}
+leftovers || fail "systemctl stop left things behind"
+"$SLUICE" audit verify "$LEDGER"
+grep '"tool":"slow"' "$LEDGER" | grep -q '"reason":"shutdown"' || fail "the ledger lacks the slow call's shutdown"
+echo "nothing left: no process, cgroup, mount, rootfs or container state; the ledger holds the shutdown"
+mv /tmp/manifest.orig "$MANIFEST"
+lap "stop with a call running"
+
+step "the socket starts sluiced again on the next connection"
+"$SLUICE" health
+wait_for 180 "$SVC active again" is_active
+echo "$SVC: $(prop ActiveState), pid $(prop MainPID)"
+systemctl stop sluiced.socket "$SVC"
+[ ! -e "$SOCK" ] || fail "$SOCK is left after sluiced.socket stopped"
+leftovers || fail "stopping again left things behind"
+lap "restart and stop"
+
+step "scripts/install.sh --uninstall"
+scripts/install.sh --uninstall
+for f in /usr/local/bin/sluiced /usr/local/bin/sluice /usr/local/bin/sluice-helper /etc/systemd/system/sluiced.service \
+  /etc/systemd/system/sluiced.socket /etc/tmpfiles.d/sluice.conf; do
+  [ ! -e "$f" ] || fail "--uninstall left $f"
+done
+if systemctl cat sluiced.service >/dev/null 2>&1; then fail "systemd still knows sluiced.service"; fi
+[ -f "$MANIFEST" ] && [ -f "$LEDGER" ] || fail "--uninstall removed the manifest or the ledger"
+echo "removed; kept $MANIFEST and $LEDGER"
+lap "uninstall"
 
 step "vm-inside timing"
 printf '%s\n' "${T[@]}"

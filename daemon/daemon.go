@@ -279,6 +279,12 @@ func Run(ctx context.Context, cfg Config) error {
 	d.log.Info("sluiced ready", "socket", ln.Addr().String(), "socket_activated", activated, "manifest", pol.path,
 		"policy_version", pol.m.Version, "audit", ledger.Path(), "resolver", pol.base.Mode().String(),
 		"cgroups", d.cgroups.String())
+	if cfg.ResolveMode == securefs.ModeAuto && pol.base.Mode() == securefs.ModeFallback {
+		// Every kernel sluiced runs on has openat2 (5.6; the mount setup
+		// needs 5.12): ENOSYS means a seccomp filter took it away.
+		d.log.Warn("openat2 returned ENOSYS: a seccomp filter blocks it (systemd's RestrictSUIDSGID=yes does, and so does a SystemCallFilter= allow list that lacks it); " +
+			"file tools fall back to the os.Root resolver and execute tools cannot set up their mounts")
+	}
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}

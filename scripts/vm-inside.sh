@@ -98,6 +98,8 @@ wait_for 180 "$SVC active (READY=1)" is_active
 echo "$SVC: $(prop ActiveState)/$(prop SubState), status: $(prop StatusText)"
 [[ "$(prop StatusText)" == *policy* ]] || fail "no STATUS= with the policy: '$(prop StatusText)'"
 journalctl -u "$SVC" --no-pager -o cat | grep -q '"socket_activated":true' || fail "sluiced did not log socket_activated true"
+# The unit's hardening must leave openat2 to sluiced (RestrictSUIDSGID= would not).
+journalctl -u "$SVC" --no-pager -o cat | grep -q '"resolver":"openat2"' || fail "sluiced under the unit does not resolve with openat2"
 lap "socket activation"
 
 step "cgroups: the daemon in its leaf, containers in the service's delegated subtree"
@@ -125,6 +127,7 @@ rc=0
 "$SLUICE" call read_file --args '{"path":"workspace/src/calc.py"}' 2>/tmp/root.err || rc=$?
 echo "root (principal ops: no tools) calling read_file: exit $rc, $(cat /tmp/root.err)"
 ((rc == 3)) || fail "root's call was not denied (exit $rc)"
+if journalctl -u "$SVC" --no-pager -o cat | grep '"level":"ERROR"'; then fail "sluiced logged errors"; fi
 lap "calls"
 
 step "systemctl reload sluiced"

@@ -53,6 +53,9 @@ wait_for() {
 }
 prop() { systemctl show -P "$1" "$SVC"; }
 is_active() { [ "$(prop ActiveState)" = active ]; }
+# jlog: what this run of sluiced logged (not earlier ones: a kept VM's
+# journal has those too)
+jlog() { journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$(prop InvocationID)"; }
 # agent CMD...: as uid 65534 (the example manifest's agent), a member of
 # group sluice, as an agent's user would be (README step 2).
 agent() { setpriv --reuid 65534 --regid 65534 --groups "$SLUICE_GID" "$@"; }
@@ -97,9 +100,9 @@ echo "after the first connection: $SVC $(prop ActiveState)"
 wait_for 180 "$SVC active (READY=1)" is_active
 echo "$SVC: $(prop ActiveState)/$(prop SubState), status: $(prop StatusText)"
 [[ "$(prop StatusText)" == *policy* ]] || fail "no STATUS= with the policy: '$(prop StatusText)'"
-journalctl -u "$SVC" --no-pager -o cat | grep -q '"socket_activated":true' || fail "sluiced did not log socket_activated true"
+jlog | grep -q '"socket_activated":true' || fail "sluiced did not log socket_activated true"
 # The unit's hardening must leave openat2 to sluiced (RestrictSUIDSGID= would not).
-journalctl -u "$SVC" --no-pager -o cat | grep -q '"resolver":"openat2"' || fail "sluiced under the unit does not resolve with openat2"
+jlog | grep -q '"resolver":"openat2"' || fail "sluiced under the unit does not resolve with openat2"
 lap "socket activation"
 
 step "cgroups: the daemon in its leaf, containers in the service's delegated subtree"
@@ -127,13 +130,14 @@ rc=0
 "$SLUICE" call read_file --args '{"path":"workspace/src/calc.py"}' 2>/tmp/root.err || rc=$?
 echo "root (principal ops: no tools) calling read_file: exit $rc, $(cat /tmp/root.err)"
 ((rc == 3)) || fail "root's call was not denied (exit $rc)"
-if journalctl -u "$SVC" --no-pager -o cat | grep '"level":"ERROR"'; then fail "sluiced logged errors"; fi
+if jlog | grep '"level":"ERROR"'; then fail "sluiced logged errors"; fi
 lap "calls"
 
 step "systemctl reload sluiced"
 before=$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')
 systemctl reload "$SVC"
-wait_for 60 "the reload logged" sh -c 'journalctl -u sluiced.service --no-pager -o cat | grep -q "manifest reloaded"'
+reloaded() { jlog | grep -q "manifest reloaded"; }
+wait_for 60 "the reload logged" reloaded
 [ "$(prop ActiveState)" = active ] || fail "$SVC is $(prop ActiveState) after reload"
 [ "$(prop MainPID)" = "$PID" ] || fail "the reload restarted sluiced"
 after=$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')

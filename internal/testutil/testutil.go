@@ -274,8 +274,12 @@ type cProgram struct {
 func (c *cProgram) build(t testing.TB) string {
 	t.Helper()
 	c.once.Do(func() {
-		_, self, _, _ := runtime.Caller(0)
-		src := filepath.Join(filepath.Dir(self), "..", "..", c.src)
+		root, err := repoRoot()
+		if err != nil {
+			c.err = err
+			return
+		}
+		src := filepath.Join(root, c.src)
 		dir, err := os.MkdirTemp("", "sluice-"+c.name)
 		if err != nil {
 			c.err = err
@@ -291,6 +295,26 @@ func (c *cProgram) build(t testing.TB) string {
 		t.Fatal(c.err)
 	}
 	return c.path
+}
+
+// repoRoot is the module's root: the nearest directory above the test's
+// working directory (its package's directory) that holds go.mod. Not
+// runtime.Caller's file name, which -trimpath makes relative.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if fileExists(filepath.Join(dir, "go.mod")) {
+			return dir, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = up
+	}
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

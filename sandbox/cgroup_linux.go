@@ -87,8 +87,12 @@ func isCgroup2(dir string) bool {
 }
 
 // currentLayout is the layout the calling process is in now, without
-// moving it: the delegated one when it is a service's main process on a
-// pure cgroup v2 host (or already in its daemon leaf).
+// moving it: the delegated one only when it is in a service's daemon leaf
+// (a sluiced, or a test, that SetupCgroups moved there). A process in a
+// service's own cgroup has not been moved (an ssh session's shell in
+// ssh.service on a host without logind, say): the daemons it starts find
+// it beside them and fall back to the layout outside systemd, so that is
+// where their containers are.
 func currentLayout() CgroupLayout {
 	if !isCgroup2(cgroupRoot) {
 		return CgroupLayout{}
@@ -97,7 +101,16 @@ func currentLayout() CgroupLayout {
 	if err != nil {
 		return CgroupLayout{}
 	}
-	return CgroupLayout{Service: serviceOf(b)}
+	return layoutOfLeaf(b)
+}
+
+// layoutOfLeaf is currentLayout for a /proc/self/cgroup text.
+func layoutOfLeaf(procSelfCgroup []byte) CgroupLayout {
+	p, _ := strings.CutPrefix(strings.TrimSpace(string(procSelfCgroup)), "0::")
+	if path.Base(path.Clean(p)) != daemonLeaf {
+		return CgroupLayout{}
+	}
+	return CgroupLayout{Service: serviceOf(procSelfCgroup)}
 }
 
 // SetupCgroups computes the layout once at start. Running as a systemd

@@ -76,6 +76,25 @@ func TestCgroupLayout(t *testing.T) {
 	}
 }
 
+// TestLayoutOfLeaf: Leftovers' view of where containers are, from the
+// caller's /proc/self/cgroup: delegated only from a daemon leaf. A test in
+// a service's own cgroup (an ssh session in ssh.service, in the VM) starts
+// daemons that fall back to the layout outside systemd.
+func TestLayoutOfLeaf(t *testing.T) {
+	for text, want := range map[string]string{
+		"0::/system.slice/sluiced.service/daemon\n":   "/system.slice/sluiced.service",
+		"0::/system.slice/ssh.service\n":              "",
+		"0::/system.slice/sluiced.service\n":          "",
+		"0::/user.slice/user-0.slice/session-3.scope": "",
+		"0::/daemon\n": "",
+		"":             "",
+	} {
+		if got := layoutOfLeaf([]byte(text)).Service; got != want {
+			t.Errorf("layoutOfLeaf(%q) = %q, want %q", text, got, want)
+		}
+	}
+}
+
 // TestPoolWaitWarmClosed: a pool closed before its first box is ready
 // is not warm, and waiting for it ends at once.
 func TestPoolWaitWarmClosed(t *testing.T) {

@@ -112,7 +112,7 @@ read -r self </proc/"$PID"/cgroup
 echo "ControlGroup=$CG; sluiced (pid $PID): $self"
 [ "$self" = "0::$CG/daemon" ] || fail "sluiced is in $self, not $CG/daemon"
 wait_for 60 "a warm container's cgroup under $CG/containers" compgen -G "/sys/fs/cgroup$CG/containers/*/*/cgroup.procs"
-ls -d /sys/fs/cgroup"$CG"/containers/*/* | sed 's/^/  /'
+ls -d /sys/fs/cgroup"$CG"/containers/*/*/ | sed 's/^/  /'
 [ ! -e /sys/fs/cgroup/sluice ] || fail "containers' cgroups outside the service: $(ls /sys/fs/cgroup/sluice)"
 
 step "calls on the example manifest, as the agent (uid 65534, group sluice)"

@@ -18,5 +18,5 @@ if ((${#need[@]})); then
   echo "bench: installing ${need[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-go build -o bin/execbench ./bench/execbench
+go build -trimpath -o bin/execbench ./bench/execbench
 exec bin/execbench --bin bin "$@"

@@ -292,6 +292,9 @@ host_prep() {
     # and the test binaries vm-inside.sh runs (-trimpath: the tree is at
     # another path in the VM, /vagrant)
     GOCACHE=$gc GOFLAGS=-buildvcs=false go test -c -tags seccomp -trimpath -o "$RUN/hostbin/" ./e2e ./sandbox
+    if [ "${SLUICE_VM_BENCH:-0}" = 1 ]; then
+      GOCACHE=$gc GOFLAGS=-buildvcs=false go build -trimpath -o "$RUN/hostbin/" ./bench/execbench
+    fi
     export SLUICE_VM_GOCACHE=$gc
   else
     unset SLUICE_VM_GOCACHE

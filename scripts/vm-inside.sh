@@ -212,8 +212,8 @@ systemctl stop "$SVC"
 s1=$(date +%s.%N)
 wait $slow || true
 echo "stopped in $(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.1f", b - a }') s; ActiveState=$(prop ActiveState) Result=$(prop Result)"
-echo "the call's end: $(tail -n 1 /tmp/slow.out)"
-grep -q '"reason":"shutdown"' /tmp/slow.out || fail "the running call did not end with reason shutdown: $(cat /tmp/slow.out)"
+echo "the call's end: $(tr -d '\n ' </tmp/slow.out)"
+grep -Eq '"reason": ?"shutdown"' /tmp/slow.out || fail "the running call did not end with reason shutdown: $(cat /tmp/slow.out)"
 [ "$(prop ActiveState)" = inactive ] || fail "$SVC is $(prop ActiveState) after stop"
 [ "$(prop Result)" = success ] || fail "$SVC stopped with result $(prop Result)"
 leftovers() {

@@ -4,7 +4,7 @@
 # gets it: make build; scripts/install.sh (twice: idempotent); the socket
 # enabled and the service started by socket activation (Type=notify); its
 # cgroups in its delegated subtree; calls on the example manifest;
-# systemctl reload; the black-box e2e suite driving that systemd-managed
+# systemctl reload; an upgrade and a rollback; the black-box e2e suite driving that systemd-managed
 # daemon (SLUICE_E2E_SOCKET) and the sandbox's tests on pure cgroup v2;
 # sluice audit verify; systemctl stop with a command running, then a leak
 # check; restart through the socket; install.sh --uninstall. Every check
@@ -144,6 +144,32 @@ after=$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')
 [ "$before" = "$after" ] || fail "an unchanged manifest changed the policy version"
 echo "reloaded in place (pid $PID, $after)"
 lap "reload"
+
+step "upgrade and roll back (README \"Upgrade and rollback\")"
+# A "new release": the same binaries with bytes appended (an ELF runs as
+# before with trailing data), so install.sh sees them differ.
+rm -rf /tmp/newbin && mkdir /tmp/newbin && cp bin/sluiced bin/sluice bin/sluice-helper /tmp/newbin/
+printf 'upgrade' >>/tmp/newbin/sluiced
+scripts/install.sh --bin /tmp/newbin | tee /tmp/upgrade.log | grep -E 'updated|running the previous'
+grep -q '^install: updated /usr/local/bin/sluiced$' /tmp/upgrade.log || fail "install.sh --bin did not update sluiced"
+grep -q 'running the previous binaries' /tmp/upgrade.log || fail "install.sh did not say sluiced runs the old binaries"
+restart_and_check() {
+  local old_pid new_pid
+  old_pid=$(prop MainPID)
+  systemctl restart "$SVC"
+  wait_for 180 "$SVC active after restart" is_active
+  new_pid=$(prop MainPID)
+  [ "$new_pid" != "$old_pid" ] || fail "systemctl restart kept pid $old_pid"
+  cmp -s /proc/"$new_pid"/exe "$1" || fail "sluiced (pid $new_pid) does not run $1"
+  out=$(agent "$SLUICE" call read_file --args '{"path":"workspace/src/calc.py"}') || fail "a call after the restart: $out"
+  "$SLUICE" audit verify "$LEDGER" >/dev/null || fail "the ledger does not verify across the restart"
+  echo "restarted: pid $old_pid -> $new_pid, running $1; a call works; the ledger verifies"
+}
+restart_and_check /tmp/newbin/sluiced
+scripts/install.sh --bin bin | grep -E 'updated'
+restart_and_check bin/sluiced
+PID=$(prop MainPID)
+lap "upgrade and rollback"
 
 step "the e2e suite against the systemd-managed daemon (SLUICE_E2E_SOCKET=$SOCK)"
 mkdir -p "$E2E_TMP"

@@ -229,3 +229,56 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("no --manifest: exit %d", code)
 	}
 }
+
+// TestWriteDeleteBlackBox: writes and deletes through the real binary
+// (in the VM, through the systemd-managed service, whose file system is
+// read-only but for ReadWritePaths=): create, a chained overwrite, a stale
+// if_match refused, a delete; the disk and the ledger agree.
+func TestWriteDeleteBlackBox(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	m := writeFile(t, fx.Base, "writes.json", `{"schema_version":1,"tools":{
+	  "w":{"operation":"write","roots":["workspace/src"],"never":[".env"]},
+	  "rm":{"operation":"delete","roots":["workspace/src"]}}}`)
+	d := startDaemon(t, m)
+	call := func(tool string, args map[string]any) *api.CallResult {
+		t.Helper()
+		b, _ := json.Marshal(args)
+		res, err := d.c.Call(context.Background(), api.CallRequest{Tool: tool, Args: b})
+		if err != nil {
+			t.Fatalf("%s: %v", tool, err)
+		}
+		return res
+	}
+	target := filepath.Join(fx.Base, "workspace/src/new.txt")
+	first := call("w", map[string]any{"path": "workspace/src/new.txt", "content": "one\n", "if_match": "absent"})
+	if !first.OK || first.SHA256 == "" {
+		t.Fatalf("create: %+v", first)
+	}
+	second := call("w", map[string]any{"path": "workspace/src/new.txt", "content": "two\n", "if_match": first.SHA256})
+	if !second.OK {
+		t.Fatalf("chained overwrite: %+v", second)
+	}
+	if stale := call("w", map[string]any{"path": "workspace/src/new.txt", "content": "three\n", "if_match": first.SHA256}); stale.Reason != "precondition_failed" {
+		t.Fatalf("stale if_match: %s", stale.Reason)
+	}
+	if b, err := os.ReadFile(target); err != nil || string(b) != "two\n" {
+		t.Fatalf("on disk: %q %v", b, err)
+	}
+	if env := call("w", map[string]any{"path": "workspace/src/.env", "content": "x"}); env.Reason != "never_listed" {
+		t.Fatalf(".env write: %s", env.Reason)
+	}
+	if del := call("rm", map[string]any{"path": "workspace/src/new.txt", "if_match": second.SHA256}); !del.OK {
+		t.Fatalf("delete: %+v", del)
+	}
+	if _, err := os.Lstat(target); !os.IsNotExist(err) {
+		t.Fatalf("the deleted file is still there: %v", err)
+	}
+	d.stop()
+	if o, _, code := sluice(t, "", "audit", "verify", d.ledger()); code != 0 {
+		t.Fatalf("audit verify: %s", o)
+	}
+	if b, _ := os.ReadFile(d.ledger()); bytes.Contains(b, []byte("two\\n")) || bytes.Contains(b, []byte(`"content":"two`)) {
+		t.Fatal("write content reached the ledger")
+	}
+}

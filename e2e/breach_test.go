@@ -110,7 +110,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 		t.Error("a container wrote into a host FIFO in the workspace")
 	}
 	d.stop()
-	if left := sandbox.Leftovers(d.runDir); len(left) > 0 {
+	if left := d.leftovers(); len(left) > 0 {
 		t.Fatalf("left behind: %v", left)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/sandbox"
 )
 
 var binDir string
@@ -170,6 +171,15 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// leftovers is what the daemon's containers left in the kernel's view:
+// for the managed daemon, in its service's layout and outside it.
+func (d *daemon) leftovers() []string {
+	if d.managed != nil {
+		return d.managed.leftovers()
+	}
+	return sandbox.Leftovers(d.runDir)
 }
 
 func (d *daemon) ledger() string { return filepath.Join(d.stateDir, "audit.jsonl") }

@@ -85,7 +85,7 @@ func TestExecuteBlackBox(t *testing.T) {
 		t.Fatalf("unlisted argv: %s", res.Reason)
 	}
 	d.stop()
-	if left := sandbox.Leftovers(d.runDir); len(left) > 0 {
+	if left := d.leftovers(); len(left) > 0 {
 		t.Fatalf("left behind: %v", left)
 	}
 }
@@ -215,7 +215,7 @@ func TestExecuteLimitsBlackBox(t *testing.T) {
 		t.Error("a container reached a listener on the host's 127.0.0.1")
 	}
 	d.stop()
-	if left := sandbox.Leftovers(d.runDir); d.managed == nil && len(left) > 0 {
+	if left := d.leftovers(); len(left) > 0 {
 		t.Fatalf("left behind: %v", left)
 	}
 	if out, _, code := sluice(t, "", "audit", "verify", d.ledger()); code != 0 {

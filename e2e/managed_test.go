@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/sandbox"
 )
 
@@ -125,13 +126,13 @@ func (md *managedDaemon) teardown() error {
 // load writes body over the daemon's manifest (atomically), reloads it
 // and waits until the daemon serves a new policy version.
 func (md *managedDaemon) load(body []byte) error {
+	if cur, _ := os.ReadFile(md.manifest); bytes.Equal(cur, body) {
+		return nil // loaded already
+	}
 	ctx := context.Background()
 	before, err := md.c.Health(ctx)
 	if err != nil {
 		return err
-	}
-	if cur, _ := os.ReadFile(md.manifest); bytes.Equal(cur, body) {
-		return nil // loaded already
 	}
 	tmp := md.manifest + ".e2e-new"
 	if err := os.WriteFile(tmp, body, 0o644); err != nil {
@@ -143,34 +144,32 @@ func (md *managedDaemon) load(body []byte) error {
 	if out, err := exec.Command("sh", "-c", md.reload).CombinedOutput(); err != nil {
 		return fmt.Errorf("%s: %v: %s", md.reload, err, out)
 	}
-	deadline := time.Now().Add(reloadTimeout)
-	for {
+	err = testutil.Poll(reloadTimeout, func() error {
 		h, err := md.c.Health(ctx)
-		if err == nil && h.PolicyVersion != before.PolicyVersion {
-			return nil
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the daemon did not load the new manifest within %v (health: %v %v); its log:\n%s",
-				reloadTimeout, h, err, tail(md.logs(), 30))
+		if h.PolicyVersion == before.PolicyVersion {
+			return fmt.Errorf("still %s", h.PolicyVersion)
 		}
-		time.Sleep(50 * time.Millisecond) // polling the policy version, up to the deadline
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("the daemon did not load the new manifest within %v (%v); its log:\n%s",
+			reloadTimeout, err, tail(md.logs(), 30))
 	}
+	return nil
 }
 
 // settle waits until the run dir holds nothing of earlier manifests'
 // containers: a reload drains the old pools in the background.
 func (md *managedDaemon) settle() error {
-	deadline := time.Now().Add(reloadTimeout)
-	for {
-		left := md.leftovers()
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
+	return testutil.Poll(reloadTimeout, func() error {
+		if left := md.leftovers(); len(left) > 0 {
 			return fmt.Errorf("%d things left %v after the tools went away: %v", len(left), reloadTimeout, left)
 		}
-		time.Sleep(50 * time.Millisecond) // polling the kernel's view, up to the deadline
-	}
+		return nil
+	})
 }
 
 func (md *managedDaemon) leftovers() []string {

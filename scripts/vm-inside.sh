@@ -56,6 +56,8 @@ is_active() { [ "$(prop ActiveState)" = active ]; }
 # jlog: what this run of sluiced logged (not earlier ones: a kept VM's
 # journal has those too)
 jlog() { journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$(prop InvocationID)"; }
+# policy: the policy version sluiced serves now
+policy() { "$SLUICE" health | awk '$1 == "policy_version" { print $2 }'; }
 # agent CMD...: as uid 65534 (the example manifest's agent), a member of
 # group sluice, as an agent's user would be (README step 2).
 agent() { setpriv --reuid 65534 --regid 65534 --groups "$SLUICE_GID" "$@"; }
@@ -134,13 +136,13 @@ if jlog | grep '"level":"ERROR"'; then fail "sluiced logged errors"; fi
 lap "calls"
 
 step "systemctl reload sluiced"
-before=$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')
+before=$(policy)
 systemctl reload "$SVC"
 reloaded() { jlog | grep -q "manifest reloaded"; }
 wait_for 60 "the reload logged" reloaded
 [ "$(prop ActiveState)" = active ] || fail "$SVC is $(prop ActiveState) after reload"
 [ "$(prop MainPID)" = "$PID" ] || fail "the reload restarted sluiced"
-after=$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')
+after=$(policy)
 [ "$before" = "$after" ] || fail "an unchanged manifest changed the policy version"
 echo "reloaded in place (pid $PID, $after)"
 lap "reload"
@@ -209,9 +211,9 @@ m["tools"]["slow"] = {"operation": "execute", "commands": [["sleep", "600"]], "t
 open(p + ".new", "w").write(json.dumps(m, indent=2))
 EOF
 mv "$MANIFEST.new" "$MANIFEST"
-before=$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')
+before=$(policy)
 systemctl reload "$SVC"
-version_changed() { [ "$("$SLUICE" health | awk '$1 == "policy_version" { print $2 }')" != "$before" ]; }
+version_changed() { [ "$(policy)" != "$before" ]; }
 wait_for 60 "the manifest with the slow tool loaded" version_changed
 agent "$SLUICE" call slow --json >/tmp/slow.out 2>&1 &
 slow=$!

@@ -62,8 +62,13 @@ func MainWith(m *testing.M, after func() error) {
 
 // settle polls check for up to 5 s: closing connections and goroutines
 // that are on their way out take a moment.
-func settle(check func() error) error {
-	deadline := time.Now().Add(5 * time.Second)
+func settle(check func() error) error { return Poll(5*time.Second, check) }
+
+// Poll calls check every 50 ms until it returns nil or timeout has passed,
+// and returns its last error: for conditions with no event to wait on (a
+// policy version, the kernel's view of cgroups and mounts).
+func Poll(timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
 		if err == nil || time.Now().After(deadline) {

@@ -47,7 +47,17 @@ const (
 	ReasonLimitExceeded       Reason = "limit_exceeded"
 	ReasonBusy                Reason = "busy"     // no container slot within the queue wait; nothing ran
 	ReasonShutdown            Reason = "shutdown" // sluiced stopped before the call finished
-	ReasonInternalError       Reason = "internal_error"
+	// ReasonNoSpace: the target file system (or the ledger's) is below its
+	// reserve or full (ENOSPC, EDQUOT); nothing was changed.
+	ReasonNoSpace Reason = "no_space"
+	// ReasonNotDurable: a write or delete committed (the result says what it
+	// left), but the directory fsync that makes it survive a crash failed;
+	// the result carries durable:false.
+	ReasonNotDurable Reason = "not_durable"
+	// ReasonKilled: a process outside sluice killed the command's container
+	// (the result carries the signal); it did not exit by itself.
+	ReasonKilled        Reason = "killed"
+	ReasonInternalError Reason = "internal_error"
 	// ReasonUnavailable is what an opaque manifest (deny_detail "opaque")
 	// shows a denied caller instead of the real reason.
 	ReasonUnavailable = "unavailable"
@@ -61,7 +71,7 @@ var Reasons = []Reason{
 	ReasonCommandNotAllowed, ReasonApprovalRequired, ReasonApprovalDenied,
 	ReasonApprovalExpired, ReasonTaskCancelled, ReasonPreconditionFailed,
 	ReasonAuditUnavailable, ReasonTimeout, ReasonLimitExceeded, ReasonBusy, ReasonShutdown,
-	ReasonInternalError,
+	ReasonNoSpace, ReasonNotDurable, ReasonKilled, ReasonInternalError,
 }
 
 // Operation is what a tool does.
@@ -150,6 +160,12 @@ type CallResult struct {
 	// SHA256 is a write's new content digest (chain it as the next
 	// if_match), or what a delete removed.
 	SHA256 string `json:"sha256,omitempty"`
+	// Durable is set for writes and deletes that committed: false when the
+	// directory fsync failed after the commit (reason not_durable).
+	Durable *bool `json:"durable,omitempty"`
+	// Signal names the signal that ended a command killed from outside
+	// sluice (reason killed), e.g. "SIGKILL".
+	Signal string `json:"signal,omitempty"`
 }
 
 // OpaqueDenial is what a caller sees of a denial under deny_detail "opaque".
@@ -219,7 +235,12 @@ type Event struct {
 
 // Health is the body of GET /v1/health.
 type Health struct {
-	Status        string `json:"status"`
+	// Status is "ok", or "degraded" when the audit ledger cannot be
+	// written (every call is then denied audit_unavailable).
+	Status string `json:"status"`
+	// Audit is "ok" or "degraded", with AuditError saying why.
+	Audit         string `json:"audit,omitempty"`
+	AuditError    string `json:"audit_error,omitempty"`
 	Version       string `json:"version"`
 	PolicyVersion string `json:"policy_version"`
 }
@@ -269,6 +290,31 @@ type Approval struct {
 	Args       json.RawMessage `json:"args"` // as recorded in the ledger: no file bodies
 	Task       string          `json:"task,omitempty"`
 	ExpiresAt  string          `json:"expires_at"` // RFC 3339
+	// Change is what the call would do, for the approver to read: the
+	// approval is bound to it (a write's content digest).
+	Change *ApprovalChange `json:"change,omitempty"`
+}
+
+// ApprovalChange shows an approver what a parked call would change.
+type ApprovalChange struct {
+	// Diff is a unified diff of a write against the file's current
+	// content (bounded; DiffTruncated says it was cut). Empty for binary
+	// content, which is described by the sizes and digests alone.
+	Diff          string `json:"diff,omitempty"`
+	DiffTruncated bool   `json:"diff_truncated,omitempty"`
+	Binary        bool   `json:"binary,omitempty"`
+	// Current is the file as it is now (absent: it does not exist).
+	Current *FileState `json:"current,omitempty"`
+	// New is what a write would leave.
+	New *FileState `json:"new,omitempty"`
+	// Argv is what an execute call would run.
+	Argv []string `json:"argv,omitempty"`
+}
+
+// FileState is a file's size and content digest.
+type FileState struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
 }
 
 // Approvals is the body of GET /v1/approvals.

@@ -63,6 +63,10 @@ func appendRecord(b []byte, rec *Record) []byte {
 		key("result")
 		b = append(b, `{"bytes":`...)
 		b = strconv.AppendInt(b, r.Bytes, 10)
+		if r.Durable != nil {
+			b = append(b, `,"durable":`...)
+			b = strconv.AppendBool(b, *r.Durable)
+		}
 		b = append(b, `,"duration_ms":`...)
 		b = appendFloat(b, r.DurationMS)
 		if r.ExitCode != nil {
@@ -74,6 +78,10 @@ func appendRecord(b []byte, rec *Record) []byte {
 		if r.SHA256 != "" {
 			b = append(b, `,"sha256":`...)
 			b = appendString(b, r.SHA256)
+		}
+		if r.Signal != "" {
+			b = append(b, `,"signal":`...)
+			b = appendString(b, r.Signal)
 		}
 		if r.Size != 0 {
 			b = append(b, `,"size":`...)

@@ -17,6 +17,12 @@ const (
 	KindResult        = "result"
 	KindTaskCancelled = "task_cancelled"
 	KindRecovered     = "recovered"
+	// KindTruncated: at start the ledger was found behind its anchor
+	// (records were cut); the chain continues from what is left.
+	KindTruncated = "truncated"
+	// KindDropped summarizes decision records not written for a uid that
+	// maps to no principal, over the rate limit.
+	KindDropped = "dropped"
 )
 
 // Record is one ledger line. Fields are declared in key order and "hash"
@@ -56,12 +62,17 @@ type Principal struct {
 
 // Result is what an executed call did.
 type Result struct {
-	Bytes      int64   `json:"bytes"`
+	Bytes int64 `json:"bytes"`
+	// Durable is false when a committed write or delete could not be made
+	// durable (its directory fsync failed); absent otherwise.
+	Durable    *bool   `json:"durable,omitempty"`
 	DurationMS float64 `json:"duration_ms"`
 	ExitCode   *int    `json:"exit_code,omitempty"`
 	OK         bool    `json:"ok"`
 	// SHA256 and Size describe the file a write left or a delete removed.
-	SHA256    string `json:"sha256,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	// Signal names what killed a command from outside sluice.
+	Signal    string `json:"signal,omitempty"`
 	Size      int64  `json:"size,omitempty"`
 	Truncated bool   `json:"truncated"`
 }

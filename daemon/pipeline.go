@@ -25,7 +25,8 @@ type call struct {
 	peer  Peer
 	start time.Time
 	id    string
-	gen   uint64 // the task's generation when the call was decided
+	task  taskKey // (principal, task id) when the call names a task
+	gen   uint64  // the task's generation when the call was decided
 	// approvalID is set once the call waited for a human; its decision
 	// records carry it.
 	approvalID string

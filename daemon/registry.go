@@ -13,11 +13,16 @@ import (
 // registry holds every call in flight, by id and by task, so that task
 // cancels and shutdown can find them and end them with their own cause. A
 // call's context derives from the daemon's, not from its HTTP request.
+//
+// Tasks belong to principals: the key is (principal, task id), so two
+// principals that pick the same id have two tasks, and one can never end,
+// or pre-cancel, the other's (review class 2: a denied call naming
+// another's task used to make its caller an owner).
 type registry struct {
 	mu    sync.Mutex
 	base  context.Context
 	calls map[string]*call
-	tasks map[string]*taskState
+	tasks map[taskKey]*taskState
 	// ttl is how long a cancelled task stays cancelled.
 	ttl     time.Duration
 	now     func() time.Time
@@ -26,8 +31,16 @@ type registry struct {
 	lastGC  time.Time
 }
 
+// taskKey names a task: a principal's own id. A peer that maps to no
+// principal has the empty name; its calls are all denied.
+type taskKey struct {
+	principal, id string
+}
+
 type taskState struct {
-	owners    map[string]bool // principals that made calls with it
+	// used: an allowed (or approval-pending) call of the principal used
+	// the task, which is what lets that principal cancel it.
+	used      bool
 	lastUsed  time.Time
 	gen       uint64
 	cancelled time.Time // zero: not cancelled
@@ -35,7 +48,7 @@ type taskState struct {
 }
 
 func newRegistry(base context.Context, ttl time.Duration) *registry {
-	return &registry{base: base, calls: map[string]*call{}, tasks: map[string]*taskState{},
+	return &registry{base: base, calls: map[string]*call{}, tasks: map[taskKey]*taskState{},
 		ttl: ttl, now: time.Now, drained: make(chan struct{})}
 }
 
@@ -49,12 +62,11 @@ func (g *registry) begin(d *Daemon, p *policy, peer Peer, dc *decoded, start tim
 	g.calls[c.id] = c
 	g.n++
 	if t := dc.req.Task; t != "" {
-		ts := g.task(t)
+		name, _ := p.m.Identify(peer.UID, peer.GID)
+		c.task = taskKey{name, t}
+		ts := g.task(c.task)
 		ts.calls[c] = struct{}{}
 		ts.lastUsed = g.now()
-		if name, ok := p.m.Identify(peer.UID, peer.GID); ok {
-			ts.owners[name] = true
-		}
 		c.gen = ts.gen
 		if !ts.cancelled.IsZero() {
 			stop(errTaskCancelled)
@@ -70,7 +82,7 @@ func (g *registry) end(c *call) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.calls, c.id)
-	if ts := g.tasks[c.req.Task]; ts != nil {
+	if ts := g.tasks[c.task]; ts != nil {
 		delete(ts.calls, c)
 	}
 	if g.n--; g.n == 0 {
@@ -81,11 +93,11 @@ func (g *registry) end(c *call) {
 }
 
 // task returns the state of a task, made on first use; g.mu held.
-func (g *registry) task(name string) *taskState {
-	ts := g.tasks[name]
+func (g *registry) task(k taskKey) *taskState {
+	ts := g.tasks[k]
 	if ts == nil {
-		ts = &taskState{calls: map[*call]struct{}{}, owners: map[string]bool{}}
-		g.tasks[name] = ts
+		ts = &taskState{calls: map[*call]struct{}{}}
+		g.tasks[k] = ts
 	}
 	return ts
 }
@@ -98,59 +110,90 @@ func (g *registry) gcTasks() {
 		return
 	}
 	g.lastGC = now
-	for name, ts := range g.tasks {
+	for k, ts := range g.tasks {
 		if len(ts.calls) == 0 && now.Sub(ts.lastUsed) > g.ttl && (ts.cancelled.IsZero() || now.Sub(ts.cancelled) > g.ttl) {
-			delete(g.tasks, name)
+			delete(g.tasks, k)
 		}
 	}
 }
 
-// cancelTask bumps the task's generation, ends its calls in flight with
-// errTaskCancelled, and keeps it cancelled for the ttl. It returns how
-// many calls it ended and the new generation.
-func (g *registry) cancelTask(name, by string) (int, uint64) {
+// cancelTask bumps the generation of each task in keys, ends their calls
+// in flight with errTaskCancelled, and keeps them cancelled for the ttl.
+// It returns how many calls it ended and the highest new generation.
+func (g *registry) cancelTask(keys []taskKey) (int, uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ts := g.task(name)
-	ts.owners[by] = true
-	ts.gen++
-	ts.cancelled = g.now()
-	for c := range ts.calls {
-		c.stop(errTaskCancelled)
+	n, gen := 0, uint64(0)
+	for _, k := range keys {
+		ts := g.task(k)
+		ts.gen++
+		ts.cancelled = g.now()
+		for c := range ts.calls {
+			c.stop(errTaskCancelled)
+		}
+		n += len(ts.calls)
+		gen = max(gen, ts.gen)
 	}
-	return len(ts.calls), ts.gen
+	return n, gen
 }
 
-// owns reports whether principal made calls with task (while the daemon
-// remembers it).
-func (g *registry) owns(task, principal string) bool {
+// use marks the call's task as used by an allowed (or pending) call of
+// its principal: from then on that principal may cancel it.
+func (g *registry) use(c *call) {
+	if c.task.id == "" || c.task.principal == "" {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ts := g.tasks[task]
-	return ts != nil && ts.owners[principal]
+	if ts := g.tasks[c.task]; ts != nil {
+		ts.used = true
+	}
+}
+
+// owns reports whether principal's allowed calls used its task id (while
+// the daemon remembers it).
+func (g *registry) owns(principal, id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ts := g.tasks[taskKey{principal, id}]
+	return ts != nil && ts.used
+}
+
+// tasksNamed lists every principal's task with this id, for an approver's
+// cancel.
+func (g *registry) tasksNamed(id string) []taskKey {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var keys []taskKey
+	for k := range g.tasks {
+		if k.id == id {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // current reports whether the call's task is still at the generation it
 // was decided under (always true without a task): a write whose task was
 // cancelled between decision and commit does not commit.
 func (g *registry) current(c *call) bool {
-	if c.req.Task == "" {
+	if c.task.id == "" {
 		return true
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ts := g.tasks[c.req.Task]
+	ts := g.tasks[c.task]
 	return ts != nil && ts.gen == c.gen && (ts.cancelled.IsZero() || g.now().Sub(ts.cancelled) > g.ttl)
 }
 
 // cancelled reports whether a task is cancelled now.
-func (g *registry) cancelled(task string) bool {
-	if task == "" {
+func (g *registry) cancelled(k taskKey) bool {
+	if k.id == "" {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	ts := g.tasks[task]
+	ts := g.tasks[k]
 	return ts != nil && !ts.cancelled.IsZero() && g.now().Sub(ts.cancelled) <= g.ttl
 }
 
@@ -180,10 +223,15 @@ func (g *registry) wait(ctx context.Context) bool {
 
 // checkTask denies a call whose task is cancelled (task_cancelled), after
 // Decide: authz is pure and knows no tasks.
+//
+// A call that stays allowed (or pending) marks its task as used: only
+// then may its principal cancel the task.
 func (c *call) checkTask() {
 	if c.dec.Allowed() || c.dec.Pending() {
-		if c.d.calls.cancelled(c.req.Task) {
+		if c.d.calls.cancelled(c.task) {
 			c.dec = authz.Decision{Reason: api.ReasonTaskCancelled, Rule: "task"}
+			return
 		}
+		c.d.calls.use(c)
 	}
 }

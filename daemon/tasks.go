@@ -3,28 +3,46 @@ package daemon
 import (
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 )
 
-// handleTaskCancel is POST /v1/tasks/{task}/cancel: approvers, and the
-// principal that owns the task (made a call with it), may cancel it. Its
-// generation is bumped: its running commands are killed, parked calls end
-// task_cancelled, a write that has not committed does not, and new calls
-// with it are denied task_cancelled for the task TTL.
+// handleTaskCancel is POST /v1/tasks/{task}/cancel. A task belongs to
+// (principal, task id): a principal may cancel its own task once one of
+// its allowed calls used it; an approver may cancel every principal's task
+// of that id, or one principal's with ?principal=NAME (which also
+// pre-cancels it). Anyone else gets 403 and the task is left as it was,
+// so no principal can end, or pre-cancel, another's work. A cancelled
+// task's generation is bumped: its running commands are killed, parked
+// calls end task_cancelled, a write that has not committed does not, and
+// new calls with it are denied task_cancelled for the task TTL.
 func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer Peer, task string) {
 	p := d.acquire()
 	name, _ := p.m.Identify(peer.UID, peer.GID)
-	allowed := p.m.IsApprover(name, peer.UID) || (name != "" && d.calls.owns(task, name))
+	approver := p.m.IsApprover(name, peer.UID)
 	version := p.m.Version
 	p.release()
-	if !allowed {
-		writeError(w, http.StatusForbidden, api.ErrForbidden, "only an approver, or the principal whose task it is, may cancel task "+strconv.Quote(task))
+	var keys []taskKey
+	switch only := r.URL.Query().Get("principal"); {
+	case approver && only != "":
+		keys = []taskKey{{only, task}}
+	case approver:
+		keys = d.calls.tasksNamed(task)
+	case name != "" && d.calls.owns(name, task) && (only == "" || only == name):
+		keys = []taskKey{{name, task}}
+	default:
+		writeError(w, http.StatusForbidden, api.ErrForbidden, "only an approver, or the principal whose allowed calls used it, may cancel task "+strconv.Quote(task))
 		return
+	}
+	owners := make([]string, len(keys))
+	for i, k := range keys {
+		owners[i] = k.principal
 	}
 	// Recorded first: a cancel that cannot be audited does not happen.
 	seq, err := d.ledger.Append(&audit.Record{Kind: audit.KindTaskCancelled, Task: task, PolicyVersion: version,
+		Detail:    "tasks of: " + strings.Join(owners, ","),
 		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID}})
 	if err == nil {
 		err = d.ledger.Sync(seq)
@@ -34,7 +52,7 @@ func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer P
 		writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable, "the audit ledger cannot be written; the task was not cancelled")
 		return
 	}
-	n, gen := d.calls.cancelTask(task, name)
-	d.log.Info("task cancelled", "task", task, "by", name, "calls_ended", n, "generation", gen)
+	n, gen := d.calls.cancelTask(keys)
+	d.log.Info("task cancelled", "task", task, "of", owners, "by", name, "calls_ended", n, "generation", gen)
 	writeJSON(w, http.StatusOK, api.TaskCancel{Task: task, Generation: gen, Ended: n})
 }

@@ -235,7 +235,7 @@ func TestDeletes(t *testing.T) {
 func TestStaleWriteNotCommitted(t *testing.T) {
 	fx, h := writeFixture(t)
 	p := filepath.Join(fx.Base, "workspace/src/stale.txt")
-	testHookBeforeCommit = func(c *call) { c.d.calls.cancelTask(c.req.Task, "test") }
+	testHookBeforeCommit = func(c *call) { c.d.calls.cancelTask([]taskKey{c.task}) }
 	defer func() { testHookBeforeCommit = nil }()
 	res, err := h.c.Call(context.Background(), api.CallRequest{Tool: "write_file", Task: "t-stale",
 		Args: mustJSON(map[string]any{"path": "workspace/src/stale.txt", "content": "late"})})

@@ -81,8 +81,8 @@ func TestInstallScript(t *testing.T) {
 		"/etc/systemd/system/sluiced.socket":       0o644,
 		"/etc/tmpfiles.d":                          fs.ModeDir | 0o755,
 		"/etc/tmpfiles.d/sluice.conf":              0o644,
-		"/etc/sluice":                              fs.ModeDir | 0o755,
-		"/etc/sluice/manifest.json":                0o644,
+		"/etc/sluice":                              fs.ModeDir | 0o750,
+		"/etc/sluice/manifest.json":                0o640,
 		"/var":                                     fs.ModeDir | 0o755,
 		"/var/lib":                                 fs.ModeDir | 0o755,
 		"/var/lib/sluice":                          fs.ModeDir | 0o700,
@@ -143,6 +143,15 @@ func TestInstallScript(t *testing.T) {
 	if strings.Contains(out, "install: installed ") || strings.Contains(out, "install: updated ") ||
 		!strings.Contains(out, "kept /etc/sluice/manifest.json") {
 		t.Errorf("second run did not report everything unchanged:\n%s", out)
+	}
+	// A world-readable manifest (it names uids and paths) loses the bits
+	// for others, and keeps the rest of the admin's mode.
+	if err := os.Chmod(filepath.Join(dest, "etc/sluice/manifest.json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	install(t, dest)
+	if fi, err := os.Stat(filepath.Join(dest, "etc/sluice/manifest.json")); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("a 0644 manifest after install: %v %v, want 0640", fi.Mode(), err)
 	}
 
 	// --prefix moves the binaries and the units' paths.

@@ -149,12 +149,18 @@ fi
 # State: the audit ledger and the write journal, root only.
 mkdirm 0700 /var/lib/sluice
 
-# The example manifest, never overwritten.
-mkdirm 0755 /etc/sluice
+# The example manifest, never overwritten. It names uids and paths, so it
+# is not for every local user: /etc/sluice is 0750 root:sluice and the
+# manifest 0640 (an existing one keeps its mode, less any bits for others).
+mkdirm 0750 /etc/sluice
 if [ -e "$dest/etc/sluice/manifest.json" ]; then
+  chmod o-rwx "$dest/etc/sluice/manifest.json"
   say "kept /etc/sluice/manifest.json (never overwritten; the example is profiles/examples/service.json)"
 else
-  put 0644 profiles/examples/service.json /etc/sluice/manifest.json
+  put 0640 profiles/examples/service.json /etc/sluice/manifest.json
+fi
+if [ -z "$dest" ]; then
+  chgrp sluice /etc/sluice /etc/sluice/manifest.json
 fi
 # The example's workspace: its tools' roots and mounts are under
 # /srv/sluice/workspace. Made (and seeded with the demo's calc.py and its

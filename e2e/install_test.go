@@ -94,6 +94,14 @@ func TestInstallScript(t *testing.T) {
 		"/srv/sluice/workspace/tests":              fs.ModeDir | 0o755,
 		"/srv/sluice/workspace/tests/test_calc.py": 0o644,
 	}
+	docs, err := filepath.Glob("../docs/*.md")
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no docs/*.md: %v", err)
+	}
+	want["/usr/local/share/doc/sluice/docs"] = fs.ModeDir | 0o755
+	for _, d := range docs {
+		want["/usr/local/share/doc/sluice/docs/"+filepath.Base(d)] = 0o644
+	}
 	got := tree(t, dest)
 	if describe(got) != describe(want) {
 		t.Fatalf("installed tree:\n%s\n\nwant:\n%s\n\noutput:\n%s", describe(got), describe(want), out)

@@ -98,7 +98,8 @@ if $uninstall; then
   for u in "${units[@]}"; do remove "/etc/systemd/system/$u"; done
   remove /etc/tmpfiles.d/sluice.conf
   remove "$prefix/share/doc/sluice/README.md"
-  rmdir "$dest$prefix/share/doc/sluice" 2>/dev/null || true
+  for doc in docs/*.md; do remove "$prefix/share/doc/sluice/$doc"; done
+  rmdir "$dest$prefix/share/doc/sluice/docs" "$dest$prefix/share/doc/sluice" 2>/dev/null || true
   if $live_systemd; then
     systemctl daemon-reload
     say "systemctl daemon-reload"
@@ -133,6 +134,7 @@ for u in "${units[@]}"; do
 done
 put 0644 scripts/sluice.tmpfiles /etc/tmpfiles.d/sluice.conf
 put 0644 README.md "$prefix/share/doc/sluice/README.md"
+for doc in docs/*.md; do put 0644 "$doc" "$prefix/share/doc/sluice/$doc"; done
 
 # The group whose members may connect (the socket is root:sluice 0660).
 if [ -z "$dest" ]; then

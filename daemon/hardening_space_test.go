@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
@@ -214,5 +215,23 @@ func TestIfMatchOverCapRefusedFast(t *testing.T) {
 	r := h.results("delete_file")
 	if len(r) != 2 || r[1].Result.Size != 1<<40 || r[1].Result.SHA256 != "" {
 		t.Fatalf("the ledger does not record what the delete removed: %+v", r)
+	}
+}
+
+// TestENOSPCDuringWrite: with --min-free 0 the write itself runs out of
+// space (ENOSPC from write(2) on the temp inode): no_space, not
+// internal_error, the old content intact and no temp file left.
+func TestENOSPCDuringWrite(t *testing.T) {
+	ws, h := spaceFixture(t, "1M", "", func(_ string, cfg *Config) { cfg.MinFree = fileop.Reserve{Off: true} })
+	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("old"), 0o644)
+	os.WriteFile(filepath.Join(ws, "filler"), make([]byte, 600<<10), 0o644)
+	res := h.write(map[string]any{"path": "ws/a.txt", "content": strings.Repeat("x", 500<<10)})
+	if res.OK || res.Reason != api.ReasonNoSpace {
+		t.Fatalf("a write that hits ENOSPC: ok=%v reason=%s", res.OK, res.Reason)
+	}
+	fileIs(t, filepath.Join(ws, "a.txt"), "old")
+	leftTemps(t, ws)
+	if !strings.Contains(h.logs.String(), "no space left on device") {
+		t.Error("the log does not show the ENOSPC itself (the reserve refused it instead?)")
 	}
 }

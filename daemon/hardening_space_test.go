@@ -235,3 +235,23 @@ func TestENOSPCDuringWrite(t *testing.T) {
 		t.Error("the log does not show the ENOSPC itself (the reserve refused it instead?)")
 	}
 }
+
+// TestGoneCallStopsHash: a call whose client went away between its
+// decision and its commit stops hashing for if_match at the next chunk and
+// commits nothing (the hash used to run to the end, holding the name's
+// lock, and the write then committed for nobody).
+func TestGoneCallStopsHash(t *testing.T) {
+	ws, h := spaceFixture(t, "", "")
+	big := bytes.Repeat([]byte("0123456789abcdef"), 2<<20) // 32 MiB
+	os.WriteFile(filepath.Join(ws, "big"), big, 0o644)
+	testHookBeforeCommit = func(c *call) { c.stop(errClientGone) }
+	t.Cleanup(func() { testHookBeforeCommit = nil })
+	res := h.write(map[string]any{"path": "ws/big", "content": "new", "if_match": digest(string(big))})
+	if res.OK || res.Reason == api.ReasonPreconditionFailed {
+		t.Fatalf("a gone call's write: ok=%v reason=%s", res.OK, res.Reason)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "big")); !bytes.Equal(b, big) {
+		t.Fatal("a gone call's write committed")
+	}
+	leftTemps(t, ws)
+}

@@ -83,6 +83,12 @@ type Config struct {
 	MetricsListening func(addr string)
 	// Ready, if set, is called once the socket is listening.
 	Ready func()
+	// MinFree is the space a write must leave on its target file system
+	// (sluiced --min-free): the zero value is 5% of it or 1 GiB,
+	// whichever is smaller; Off disables it. A write below it ends
+	// no_space before it starts, so that an agent cannot fill the file
+	// system the ledger shares and deny every principal.
+	MinFree fileop.Reserve
 }
 
 // Lifecycle defaults.

@@ -31,7 +31,7 @@ func (c *call) present(o *outcome) api.CallResult {
 	}
 	if o != nil {
 		res.OK, res.Reason, res.Truncated, res.ExitCode = o.ok, o.reason, o.truncated, o.exitCode
-		res.SHA256 = o.digest
+		res.SHA256, res.Durable = o.digest, o.durable
 		res.Bytes = int64(len(o.output))
 		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil) {
 			setOutput(&res, o.output)

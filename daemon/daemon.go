@@ -210,6 +210,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		d.m = newMetrics(d)
 	}
+	// One daemon per run dir and state dir, locked before anything in them
+	// is read, swept or mounted: a second daemon must change nothing.
+	locks, err := lockDirs([2]string{"run dir", cfg.RunDir}, [2]string{"state dir", cfg.StateDir})
+	if err != nil {
+		return err
+	}
+	defer unlockAll(locks)
 	d.setupCgroups()
 	defer d.closeRunner()
 	pol, err := loadPolicyWith(cfg.Manifest, cfg.ResolveMode, d.log, d.getRunner)

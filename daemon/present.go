@@ -33,6 +33,7 @@ func (c *call) present(o *outcome) api.CallResult {
 		res.OK, res.Reason, res.Truncated, res.ExitCode = o.ok, o.reason, o.truncated, o.exitCode
 		res.SHA256 = o.digest
 		res.Bytes = int64(len(o.output))
+		res.Signal = o.signal
 		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil) {
 			setOutput(&res, o.output)
 			res.Stderr = validStderr(o.stderr)

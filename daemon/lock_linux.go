@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/authz"
 )
 
 // lockName is the lock file every sluiced holds in its run dir and in its
@@ -25,8 +28,9 @@ type dirLock struct {
 	f *os.File
 }
 
-// ErrDirInUse is returned when another sluiced holds a dir's lock.
-var ErrDirInUse = errors.New("in use by another sluiced")
+// ErrInUse is returned when another sluiced holds a dir's (or a
+// socket's) lock.
+var ErrInUse = errors.New("in use by another daemon")
 
 // lockDirs locks each dir in order (a dir named twice, or two names of
 // one dir, is locked once). On error, the locks already taken are
@@ -66,16 +70,23 @@ func lockDir(what, dir string, held []*dirLock) (*dirLock, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("%s %s: %w", what, dir, err)
 	}
-	p := filepath.Join(dir, lockName)
+	return lockFile(what+" "+dir, filepath.Join(dir, lockName), held,
+		"one daemon per run dir and state dir: give this one its own --run-dir and --state-dir")
+}
+
+// lockFile takes an exclusive flock on the file p (created 0600) without
+// waiting, and writes this process's pid in it. subject and hint word the
+// refusal when another sluiced holds it.
+func lockFile(subject, p string, held []*dirLock, hint string) (*dirLock, error) {
 	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NOCTTY, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: lock: %w", what, dir, err)
+		return nil, fmt.Errorf("%s: lock: %w", subject, err)
 	}
 	f := os.NewFile(uintptr(fd), p)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		f.Close()
-		return nil, fmt.Errorf("%s %s: lock %s is not a regular file (%v)", what, dir, p, err)
+		return nil, fmt.Errorf("%s: lock %s is not a regular file (%v)", subject, p, err)
 	}
 	for _, h := range held {
 		var hs unix.Stat_t
@@ -93,10 +104,9 @@ func lockDir(what, dir string, held []*dirLock) (*dirLock, error) {
 					holder = "pid " + strconv.Itoa(pid)
 				}
 			}
-			return nil, fmt.Errorf("%s %s is %w (%s, lock %s); one daemon per run dir and state dir: give this one its own --run-dir and --state-dir",
-				what, dir, ErrDirInUse, holder, p)
+			return nil, fmt.Errorf("%s is %w (%s, lock %s); %s", subject, ErrInUse, holder, p, hint)
 		}
-		return nil, fmt.Errorf("%s %s: lock: %w", what, dir, err)
+		return nil, fmt.Errorf("%s: lock: %w", subject, err)
 	}
 	// The holder's pid, for the message a refused daemon prints. Only
 	// the lock holder writes it.
@@ -105,4 +115,20 @@ func lockDir(what, dir string, held []*dirLock) (*dirLock, error) {
 		_, _ = f.WriteAt(pid, 0)
 	}
 	return &dirLock{f: f}, nil
+}
+
+// checkManifest reads and parses the manifest without acting on it (no
+// root is opened, no view mounted), as loadPolicyWith will again once the
+// dirs are locked.
+func checkManifest(manifestPath string) error {
+	abs, err := filepath.Abs(manifestPath)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		return fmt.Errorf("read manifest: %w", err)
+	}
+	_, err = authz.Parse(bytes.NewReader(data), filepath.Dir(abs))
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,7 +192,8 @@ func TestSecondDaemonChangesNothing(t *testing.T) {
 					wantDir = a.stateDir
 				}
 				msg := out.String()
-				if !strings.Contains(msg, tc.want+" "+wantDir) || !strings.Contains(msg, "in use by another sluiced") ||
+				t.Logf("refused: %s", msg)
+				if !strings.Contains(msg, tc.want+" "+wantDir) || !strings.Contains(msg, "in use by another daemon") ||
 					!strings.Contains(msg, fmt.Sprintf("pid %d", a.cmd.Process.Pid)) {
 					t.Errorf("the refusal does not name the %s and the holder (pid %d):\n%s", tc.want, a.cmd.Process.Pid, msg)
 				}
@@ -236,5 +238,73 @@ func TestSecondDaemonChangesNothing(t *testing.T) {
 				t.Errorf("audit verify: %s", out)
 			}
 		})
+	}
+}
+
+// TestStaleSocketCheckLocked: the stale-socket check (dial, then remove)
+// is made under the lock beside the socket, so two daemons starting on
+// one stale socket cannot both take it over, the later one removing the
+// earlier one's live socket. With the lock held elsewhere, a daemon
+// leaves the (dead) socket file alone and exits naming the holder.
+func TestStaleSocketCheckLocked(t *testing.T) {
+	testutil.RequireRoot(t)
+	m := oneDaemonManifest(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close() // a dead daemon's socket
+	before, _ := os.Stat(sock)
+	lock, err := os.OpenFile(sock+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	lock.WriteString("4321\n") // another daemon, mid-start
+	cmd := exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", m, "--socket", sock,
+		"--state-dir", filepath.Join(dir, "state"), "--run-dir", filepath.Join(dir, "run"))
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	c := client.New(sock)
+	defer c.Close()
+	var exitErr error
+	gone := false
+	if err := testutil.Poll(30*time.Second, func() error {
+		select {
+		case exitErr = <-exited:
+			gone = true
+			return nil
+		default:
+		}
+		if _, err := c.Health(context.Background()); err == nil {
+			return nil
+		}
+		return errors.New("the daemon neither exited nor served")
+	}); err != nil {
+		cmd.Process.Kill()
+		<-exited
+		t.Fatal(err)
+	}
+	if !gone {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		t.Fatalf("the daemon took over a socket whose lock another holds:\n%s", out)
+	}
+	if exitErr == nil || !strings.Contains(out.String(), "socket "+sock+" is in use by another daemon (pid 4321") {
+		t.Errorf("exit %v, want non-zero naming the socket and pid 4321:\n%s", exitErr, out)
+	}
+	if after, err := os.Stat(sock); err != nil || !os.SameFile(before, after) {
+		t.Errorf("the socket file was removed or replaced: %v", err)
 	}
 }

@@ -216,6 +216,18 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		d.m = newMetrics(d)
 	}
+	// A manifest that does not parse is reported as such, before the
+	// locks below can refuse it for a dir another daemon holds.
+	if err := checkManifest(cfg.Manifest); err != nil {
+		return err
+	}
+	// One daemon per run dir and state dir, locked before anything in them
+	// is read, swept or mounted: a second daemon must change nothing.
+	locks, err := lockDirs([2]string{"run dir", cfg.RunDir}, [2]string{"state dir", cfg.StateDir})
+	if err != nil {
+		return err
+	}
+	defer unlockAll(locks)
 	d.setupCgroups()
 	defer d.closeRunner()
 	pol, err := loadPolicyWith(cfg.Manifest, cfg.ResolveMode, d.log, d.getRunner)
@@ -223,6 +235,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	d.pol = pol
+	// Until it serves, a return closes the policy's pools and views here,
+	// or closeRunner would wait for them forever; serving, Run's own
+	// returns do.
+	serving := false
+	defer func() {
+		if !serving {
+			d.closePolicy()
+		}
+	}()
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -255,7 +276,6 @@ func Run(ctx context.Context, cfg Config) error {
 	var metricsSrv *http.Server
 	if d.m != nil {
 		if metricsSrv, err = d.serveMetrics(); err != nil {
-			d.closePolicy()
 			return err
 		}
 		defer stopMetrics(metricsSrv)
@@ -278,6 +298,7 @@ func Run(ctx context.Context, cfg Config) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	serving = true
 	serveErr := make(chan error, 1)
 	go func() {
 		serveErr <- srv.Serve(&admitListener{Listener: ln, t: conns})

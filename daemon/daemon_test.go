@@ -571,14 +571,14 @@ func TestStaleSocket(t *testing.T) {
 		t.Fatalf("socket mode %v", fi.Mode().Perm())
 	}
 	// A second daemon on a live socket refuses to start.
-	err := Run(context.Background(), Config{Manifest: fx.Manifest, Socket: sock, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	err := Run(context.Background(), Config{Manifest: fx.Manifest, Socket: sock, StateDir: t.TempDir(), RunDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err == nil || !strings.Contains(err.Error(), "another daemon") {
 		t.Fatalf("second daemon: %v", err)
 	}
 	// A regular file at the socket path is never removed.
 	plain := filepath.Join(dir, "plain")
 	os.WriteFile(plain, []byte("x"), 0o644)
-	err = Run(context.Background(), Config{Manifest: fx.Manifest, Socket: plain, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	err = Run(context.Background(), Config{Manifest: fx.Manifest, Socket: plain, StateDir: t.TempDir(), RunDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Fatalf("plain file at socket path: %v", err)
 	}

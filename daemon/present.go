@@ -33,7 +33,8 @@ func (c *call) present(o *outcome) api.CallResult {
 		res.OK, res.Reason, res.Truncated, res.ExitCode = o.ok, o.reason, o.truncated, o.exitCode
 		res.SHA256, res.Durable = o.digest, o.durable
 		res.Bytes = int64(len(o.output))
-		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil) {
+		res.Signal = o.signal
+		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil || o.signal != "") {
 			setOutput(&res, o.output)
 			res.Stderr = validStderr(o.stderr)
 		}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/fileop"
+	"github.com/sluicehq/sluice/internal/foldname"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -45,7 +45,7 @@ func (c *call) resolveParent(root *securefs.Root, m authz.RootMatch, res *authz.
 	if err != nil {
 		return err
 	}
-	if strings.HasPrefix(pp.Name, fileop.TempPrefix) {
+	if foldname.HasPrefix(pp.Name, fileop.TempPrefix) {
 		// Another write's temp name: never a target.
 		pp.Close()
 		return fmt.Errorf("%q: %w", pp.Name, securefs.ErrInvalidPath)

@@ -31,8 +31,11 @@ type glob struct {
 // namePat matches one path component. Most never globs are a literal
 // (".env") or a star with a literal ("*.pem"); those skip the general
 // matcher. A name matches when it matches byte for byte (s), or when its
-// foldname key matches the glob folded at load (f, toks): a case-insensitive
-// disk opens ".env" for ".ENV" or ".env.", so those are hidden too.
+// fold or its key (foldname) matches the glob folded at load (f, toks): a
+// case-insensitive disk opens ".env" for ".ENV", one that drops trailing
+// dots and spaces for ".env." too, so those are hidden. The glob itself
+// keeps its trailing dots: "tmp." hides "TMP." (ext4 casefold keeps the
+// dot) but not "tmp", which no disk opens for a file "tmp.".
 type namePat struct {
 	kind int
 	s    string // the pattern part as written
@@ -57,34 +60,35 @@ func compileName(p string) namePat {
 	case p == "*":
 		return namePat{kind: patAny}
 	case !strings.ContainsAny(p, meta):
-		return namePat{kind: patLiteral, s: p, f: foldname.Key(p)}
+		return namePat{kind: patLiteral, s: p, f: foldname.Fold(p)}
 	case p[0] == '*' && !strings.ContainsAny(p[1:], meta):
-		return namePat{kind: patSuffix, s: p[1:], f: foldname.Key(p[1:])}
+		return namePat{kind: patSuffix, s: p[1:], f: foldname.Fold(p[1:])}
 	case p[len(p)-1] == '*' && !strings.ContainsAny(p[:len(p)-1], meta):
 		return namePat{kind: patPrefix, s: p[:len(p)-1], f: foldname.Fold(p[:len(p)-1])}
 	}
 	return namePat{kind: patGeneral, s: p, toks: compileToks(p)}
 }
 
-// match reports whether a component, given as written and as its key
-// (foldname.Key), matches.
-func (n *namePat) match(name, key string) bool {
+// match reports whether a component matches, given as written, as its
+// fold (foldname.Fold) and as its key (the fold without trailing dots and
+// spaces, foldname.Key).
+func (n *namePat) match(name, fold, key string) bool {
 	switch n.kind {
 	case patLiteral:
-		return n.s == name || n.f == key
+		return n.s == name || n.f == fold || n.f == key
 	case patAny:
 		return true
 	case patSuffix:
-		return strings.HasSuffix(name, n.s) || strings.HasSuffix(key, n.f)
+		return strings.HasSuffix(name, n.s) || strings.HasSuffix(fold, n.f) || strings.HasSuffix(key, n.f)
 	case patPrefix:
-		return strings.HasPrefix(name, n.s) || strings.HasPrefix(key, n.f)
+		return strings.HasPrefix(name, n.s) || strings.HasPrefix(fold, n.f) || strings.HasPrefix(key, n.f)
 	case patDeep:
 		return false
 	}
 	if ok, _ := path.Match(n.s, name); ok {
 		return true
 	}
-	return matchToks(n.toks, key)
+	return matchToks(n.toks, fold) || len(key) != len(fold) && matchToks(n.toks, key)
 }
 
 // tok is one part of a general glob, folded for matching keys.
@@ -101,8 +105,7 @@ const (
 )
 
 // compileToks splits a valid path.Match pattern (validateGlob checked it)
-// into folded tokens: literal runs are folded like names, the last one
-// losing its trailing dots and spaces as a key does; '*' and '?' stay; a
+// into folded tokens: literal runs are folded like names; '*' and '?' stay; a
 // class is kept as written and tested against every rune that folds to
 // the key's rune (foldname.Variants), so [a-z] matches the key of "Q".
 func compileToks(p string) []tok {
@@ -151,9 +154,6 @@ func compileToks(p string) []tok {
 		}
 	}
 	flush()
-	if n := len(out); n > 0 && out[n-1].kind == tokLit {
-		out[n-1].s = foldname.TrimTrailing(out[n-1].s)
-	}
 	return out
 }
 

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/sandbox"
@@ -234,6 +235,16 @@ func TestNeverCaseInsensitive(t *testing.T) {
 	res, body = h.call("delete_file", map[string]any{"path": "workspace/src/Id.Pem"})
 	if res.Verdict != "deny" || res.Reason != "never_listed" {
 		t.Errorf("delete_file Id.Pem: %s/%s, want deny/never_listed: %s", res.Verdict, res.Reason, body)
+	}
+	// Another write's temp name, spelled in capitals, is not a target.
+	tmp := filepath.Join(backing, fileop.TempPrefix+"deadbeef")
+	os.WriteFile(tmp, []byte("in flight\n"), 0o600)
+	res, body = h.call("write_file", map[string]any{"path": "workspace/src/" + strings.ToUpper(fileop.TempPrefix) + "deadbeef", "content": "x\n"})
+	if res.Verdict != "deny" || res.Reason != "invalid_path" {
+		t.Errorf("write_file over a temp name in capitals: %s/%s, want deny/invalid_path: %s", res.Verdict, res.Reason, body)
+	}
+	if b, _ := os.ReadFile(tmp); string(b) != "in flight\n" {
+		t.Errorf("the temp file was overwritten: %q", b)
 	}
 	for f, want := range secrets {
 		if got, err := os.ReadFile(filepath.Join(backing, f)); err != nil || !bytes.Equal(got, want) {

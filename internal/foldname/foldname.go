@@ -8,14 +8,17 @@ import (
 
 // IsKey reports whether name is its own key: lower-case ASCII (no byte
 // outside 0x00..0x7F, none of A..Z) that does not end in a dot or a space.
-func IsKey(name string) bool {
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+func IsKey(name string) bool { return isFolded(name) && !trailing(name) }
+
+// isFolded reports whether s is its own fold: lower-case ASCII.
+func isFolded(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		if c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
 			return false
 		}
 	}
-	return !trailing(name)
+	return true
 }
 
 func trailing(s string) bool {
@@ -50,6 +53,9 @@ func AppendKey(dst []byte, name string) []byte {
 // trailing dots and spaces kept: for the literal parts of a glob, of which
 // only the last is trimmed (see TrimTrailing).
 func Fold(s string) string {
+	if isFolded(s) {
+		return s
+	}
 	var buf [256]byte
 	b := AppendFold(buf[:0], s)
 	if string(b) == s {
@@ -61,11 +67,14 @@ func Fold(s string) string {
 // TrimTrailing drops the trailing dots and spaces of s, as AppendKey does
 // for a whole name, unless nothing would be left.
 func TrimTrailing(s string) string {
-	t := strings.TrimRight(s, ". ")
-	if t == "" {
+	n := len(s)
+	for n > 0 && (s[n-1] == '.' || s[n-1] == ' ') {
+		n--
+	}
+	if n == 0 {
 		return s
 	}
-	return t
+	return s[:n]
 }
 
 // AppendFold appends s folded rune by rune to dst. A byte that is not

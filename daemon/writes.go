@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/fileop"
+	"github.com/sluicehq/sluice/internal/foldname"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -47,7 +47,7 @@ func (c *call) resolveParent(root *securefs.Root, m authz.RootMatch, res *authz.
 	if err != nil {
 		return err
 	}
-	if strings.HasPrefix(pp.Name, fileop.TempPrefix) {
+	if foldname.HasPrefix(pp.Name, fileop.TempPrefix) {
 		// Another write's temp name: never a target.
 		pp.Close()
 		return fmt.Errorf("%q: %w", pp.Name, securefs.ErrInvalidPath)

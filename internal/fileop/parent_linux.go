@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/foldname"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -147,7 +148,7 @@ func checkTarget(name string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	if strings.HasPrefix(name, TempPrefix) {
+	if foldname.HasPrefix(name, TempPrefix) { // ".SLUICE-TMP-x" opens the temp on a case-insensitive disk
 		return fmt.Errorf("%w: %q uses the prefix reserved for temporary files (%w)", ErrBadName, name, securefs.ErrInvalidPath)
 	}
 	return nil

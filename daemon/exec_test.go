@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -261,11 +263,15 @@ func TestExecuteOutputAndStreaming(t *testing.T) {
 
 // TestMountSwapDuringPoolRefill: the mount's source was resolved to an fd
 // at load; swapping the path for a symlink to a secret while the pool
-// refills never puts the secret in a container.
+// refills never puts the secret in a container. The overlap is measured,
+// not hoped for: after each call the test waits (on the sluice_pool_ready
+// gauge) for the pool to refill, counts the swaps done meanwhile, and
+// requires that refills did overlap swaps and that calls took containers
+// made during them (sluice_pool_hits_total).
 func TestMountSwapDuringPoolRefill(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{"cat":{"operation":"execute",
 	  "commands":[["sh","-c","cat `+fx.Base+`/workspace/tests/* 2>&1 | head -c 2000"]],"mounts":["workspace/tests"],"cwd":"/tmp","pool":2}}}`)
 	runDir := t.TempDir()
@@ -274,32 +280,95 @@ func TestMountSwapDuringPoolRefill(t *testing.T) {
 			t.Errorf("left behind: %v", left)
 		}
 	})
-	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
+	addr := make(chan string, 1)
+	h := start(t, m, securefs.ModeAuto, func(c *Config) {
+		c.RunDir = runDir
+		c.MetricsListen = "127.0.0.1:0"
+		c.MetricsListening = func(a string) { addr <- a }
+	})
+	url := "http://" + <-addr + "/metrics"
+	full := func() error {
+		if n := metricValue(t, url, `sluice_pool_ready{tool="cat"}`); n != 2 {
+			return fmt.Errorf("pool has %v of 2 ready", n)
+		}
+		return nil
+	}
+	testutil.Must(t, testutil.Poll(30*time.Second, full))
+
 	tests := filepath.Join(fx.Base, "workspace/tests")
 	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
+	var swaps atomic.Int64
+	swapErr := make(chan error, 1)
 	go func() {
-		defer wg.Done()
+		defer close(swapErr)
+		step := func(err error) bool {
+			if err != nil {
+				swapErr <- err
+			}
+			return err == nil
+		}
 		for !stop.Load() {
-			os.Rename(tests, tests+".orig")
-			os.Symlink(fx.Base, tests)
-			time.Sleep(time.Millisecond)
-			os.Remove(tests)
-			os.Rename(tests+".orig", tests)
+			if !step(os.Rename(tests, tests+".orig")) || !step(os.Symlink(fx.Base, tests)) {
+				return
+			}
+			time.Sleep(time.Millisecond) // the attack's window, not a synchronization
+			if !step(os.Remove(tests)) || !step(os.Rename(tests+".orig", tests)) {
+				return
+			}
+			swaps.Add(1)
 		}
 	}()
-	for i := 0; i < 12; i++ {
+	const calls = 12
+	refillsOverlapped, swapsDuringRefill := 0, int64(0)
+	for i := 0; i < calls; i++ {
 		res, body := h.call("cat", map[string]any{})
 		if bytes.Contains(body, []byte(escapetest.Secret)) {
 			t.Fatalf("ESCAPE: a refilled container mounted a swapped-in symlink: %s", body)
 		}
-		if !strings.Contains(*res.Output, "import unittest") {
+		if res.Output == nil || !strings.Contains(*res.Output, "import unittest") {
 			t.Fatalf("the mount lost its content: %s", body)
+		}
+		// The call has ended, so its box's refill has begun: wait until
+		// it is done, and count the swaps it overlapped.
+		before := swaps.Load()
+		if err := testutil.Poll(30*time.Second, full); err != nil {
+			t.Fatalf("the pool did not refill after call %d: %v", i, err)
+		}
+		if n := swaps.Load() - before; n > 0 {
+			refillsOverlapped++
+			swapsDuringRefill += n
 		}
 	}
 	stop.Store(true)
-	wg.Wait()
+	if err := <-swapErr; err != nil {
+		t.Fatalf("swap: %v", err)
+	}
+	hits := metricValue(t, url, `sluice_pool_hits_total{tool="cat"}`)
+	t.Logf("%d swaps, %d of %d refills overlapped swaps (%d swaps during refills), %v warm calls",
+		swaps.Load(), refillsOverlapped, calls, swapsDuringRefill, hits)
+	if refillsOverlapped == 0 || hits == 0 {
+		t.Fatalf("no refill overlapped a swap (%d refills overlapped, %v warm calls): the race was not run", refillsOverlapped, hits)
+	}
+}
+
+// metricValue scrapes url and returns the sample named series (name and
+// labels, as the text format prints them), or fails the test.
+func metricValue(t *testing.T, url, series string) float64 {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	testutil.Must(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	testutil.Must(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			testutil.Must(t, err)
+			return f
+		}
+	}
+	t.Fatalf("%s not in the metrics:\n%s", series, b)
+	return 0
 }
 
 // TestReloadDrainsPools: a reload destroys the old policy's waiting

@@ -38,9 +38,10 @@ func execFixture(t *testing.T, tools []probeTool) (*escapetest.Fixture, string) 
 	t.Helper()
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
-	bin, _ := os.ReadFile(testutil.Probe(t))
-	os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	bin, err := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755))
 	var b strings.Builder
 	b.WriteString(`{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src"]}`)
 	for _, tl := range tools {
@@ -111,10 +112,11 @@ func TestExecuteProbes(t *testing.T) {
 	fx, m := execFixture(t, tools)
 	secret := filepath.Join(fx.Base, "secret.txt")
 	env := filepath.Join(fx.Base, "workspace/src/.env")
-	raw, _ := os.ReadFile(m)
+	raw, err := os.ReadFile(m)
+	testutil.Must(t, err)
 	raw = bytes.ReplaceAll(raw, []byte("SECRET_PATH"), []byte(secret))
 	raw = bytes.ReplaceAll(raw, []byte("ENV_PATH"), []byte(env))
-	os.WriteFile(m, raw, 0o644)
+	testutil.Must(t, os.WriteFile(m, raw, 0o644))
 	runDir := t.TempDir()
 	var logs *bytes.Buffer
 	t.Cleanup(func() { // registered first, so it runs after the daemon has stopped
@@ -168,9 +170,10 @@ func TestExecuteOutputAndStreaming(t *testing.T) {
 	}
 	_, m := execFixture(t, tools)
 	// a second command for "two", to exercise argv matching
-	raw, _ := os.ReadFile(m)
+	raw, err := os.ReadFile(m)
+	testutil.Must(t, err)
 	raw = bytes.Replace(raw, []byte(`"commands":[["echo","a"]]`), []byte(`"commands":[["echo","a"],["echo","b"]]`), 1)
-	os.WriteFile(m, raw, 0o644)
+	testutil.Must(t, os.WriteFile(m, raw, 0o644))
 	runDir := t.TempDir()
 	t.Cleanup(func() {
 		if left := sandbox.Leftovers(runDir); len(left) > 0 {
@@ -377,7 +380,7 @@ func metricValue(t *testing.T, url, series string) float64 {
 func TestReloadDrainsPools(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	manifest := func(word string) string {
 		return `{"schema_version":1,"tools":{"say":{"operation":"execute","commands":[["echo","` + word + `"]],"pool":2}}}`
 	}

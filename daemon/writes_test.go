@@ -123,7 +123,7 @@ func leftTemps(t *testing.T, dir string) {
 // one commits.
 func TestConcurrentWritersOneWins(t *testing.T) {
 	fx, h := writeFixture(t)
-	os.WriteFile(filepath.Join(fx.Base, "workspace/src/shared.txt"), []byte("base"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/src/shared.txt"), []byte("base"), 0o644))
 	var wg sync.WaitGroup
 	var won, lost atomic.Int32
 	for i := 0; i < 16; i++ {
@@ -229,7 +229,7 @@ func TestWriteParentSwapRace(t *testing.T) {
 func TestDeletes(t *testing.T) {
 	fx, h := writeFixture(t)
 	src := filepath.Join(fx.Base, "workspace/src")
-	os.WriteFile(filepath.Join(src, "gone.txt"), []byte("bye"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "gone.txt"), []byte("bye"), 0o644))
 	del := func(args map[string]any) *api.CallResult { res, _ := h.call("delete_file", args); return res }
 
 	if res := del(map[string]any{"path": "workspace/src/gone.txt", "if_match": digest("nope")}); res.Reason != api.ReasonPreconditionFailed {

@@ -26,11 +26,12 @@ import (
 func TestBreachClassesBlackBox(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
-	bin, _ := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	bin, err := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, err)
 	tests := filepath.Join(fx.Base, "workspace/tests")
 	src := filepath.Join(fx.Base, "workspace/src")
-	os.WriteFile(filepath.Join(tests, "probe"), bin, 0o755)
+	testutil.Must(t, os.WriteFile(filepath.Join(tests, "probe"), bin, 0o755))
 	m := writeFile(t, fx.Base, "breach.json", `{"schema_version":1,"tools":{
 	  "look":{"operation":"execute","mounts":["workspace/src","workspace/tests"],"cwd":"workspace/tests","pool":2,
 	    "never":[".env","*.pem","private/**"],
@@ -47,15 +48,15 @@ func TestBreachClassesBlackBox(t *testing.T) {
 	// new directory, private/ replaced by a copy, a key at depth 5, a
 	// socket a host service listens on, a FIFO a host process reads.
 	secret := func(p string) {
-		os.MkdirAll(filepath.Dir(p), 0o755)
+		testutil.Must(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		if err := os.WriteFile(p, []byte(escapetest.Secret+" "+p+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	secret(filepath.Join(src, ".env~"))
-	os.Rename(filepath.Join(src, ".env~"), filepath.Join(src, ".env"))
+	testutil.Must(t, os.Rename(filepath.Join(src, ".env~"), filepath.Join(src, ".env")))
 	secret(filepath.Join(src, "conf/.env"))
-	os.Rename(filepath.Join(src, "private"), filepath.Join(src, "private.bak"))
+	testutil.Must(t, os.Rename(filepath.Join(src, "private"), filepath.Join(src, "private.bak")))
 	if out, err := exec.Command("cp", "-a", filepath.Join(src, "private.bak"), filepath.Join(src, "private")).CombinedOutput(); err != nil {
 		t.Fatalf("cp -a: %v %s", err, out)
 	}
@@ -65,7 +66,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	os.Chmod(filepath.Join(src, "agent.sock"), 0o777)
+	testutil.Must(t, os.Chmod(filepath.Join(src, "agent.sock"), 0o777))
 	var accepted atomic.Int32
 	go func() {
 		for {
@@ -77,7 +78,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 			c.Close()
 		}
 	}()
-	unix.Mkfifo(filepath.Join(src, "pipe"), 0o666)
+	testutil.Must(t, unix.Mkfifo(filepath.Join(src, "pipe"), 0o666))
 	rfd, err := unix.Open(filepath.Join(src, "pipe"), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 	}
 
 	// Nested mounts never load.
-	os.WriteFile(filepath.Join(fx.Base, "workspace/cfg.txt"), []byte("x"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/cfg.txt"), []byte("x"), 0o644))
 	bad := writeFile(t, fx.Base, "nested.json", `{"schema_version":1,"tools":{"t":{"operation":"execute","commands":[["true"]],"mounts":["workspace","workspace/cfg.txt"]}}}`)
 	dir := t.TempDir()
 	cmd := exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", bad, "--socket", filepath.Join(dir, "s"), "--state-dir", dir, "--run-dir", filepath.Join(dir, "run"))

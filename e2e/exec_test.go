@@ -20,9 +20,10 @@ import (
 
 func execManifest(t *testing.T) (*escapetest.Fixture, string) {
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
-	bin, _ := os.ReadFile(testutil.Probe(t))
-	os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	bin, err := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755))
 	m := writeFile(t, fx.Base, "exec.json", `{"schema_version":1,"tools":{
 	  "probe":{"operation":"execute","mounts":["workspace/src","workspace/tests"],"cwd":"workspace/tests",
 	    "never":[".env","*.pem","private/**"],
@@ -167,9 +168,10 @@ func sleeperRunning(runDir string) bool {
 func TestExecuteLimitsBlackBox(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
-	bin, _ := os.ReadFile(testutil.Probe(t))
-	os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	bin, err := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755))
 	port, accepted := testutil.Listener(t)
 	tool := func(argv []string, extra string) string {
 		b, _ := json.Marshal(argv)

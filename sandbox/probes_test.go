@@ -30,18 +30,18 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	base := t.TempDir()
-	os.Chmod(base, 0o755)
+	testutil.Must(t, os.Chmod(base, 0o755))
 	f := &fixture{ws: filepath.Join(base, "ws"), secretDir: filepath.Join(base, "secret")}
-	os.MkdirAll(f.ws, 0o755)
-	os.MkdirAll(f.secretDir, 0o755)
-	os.WriteFile(filepath.Join(f.secretDir, "key"), []byte("SLUICE-SECRET-HOST\n"), 0o644)
-	os.WriteFile(filepath.Join(f.ws, "data.txt"), []byte("workspace data\n"), 0o644)
+	testutil.Must(t, os.MkdirAll(f.ws, 0o755))
+	testutil.Must(t, os.MkdirAll(f.secretDir, 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(f.secretDir, "key"), []byte("SLUICE-SECRET-HOST\n"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(f.ws, "data.txt"), []byte("workspace data\n"), 0o644))
 	b, err := os.ReadFile(testutil.Probe(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.probe = filepath.Join(f.ws, "probe")
-	os.WriteFile(f.probe, b, 0o755)
+	testutil.Must(t, os.WriteFile(f.probe, b, 0o755))
 	fd, err := unix.Open(f.ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -469,15 +469,20 @@ func TestMountSourceSwapRace(t *testing.T) {
 	moved := f.ws + ".moved"
 	var stop atomic.Bool
 	var wg sync.WaitGroup
+	var swaps atomic.Int64
+	var swapErr error // the swapper's first error, read after wg.Wait
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for !stop.Load() {
-			os.Rename(f.ws, moved)
-			os.Symlink(f.secretDir, f.ws)
+			if swapErr = errors.Join(os.Rename(f.ws, moved), os.Symlink(f.secretDir, f.ws)); swapErr != nil {
+				return
+			}
 			time.Sleep(time.Millisecond) // pacing the swap loop, not waiting for an event
-			os.Remove(f.ws)
-			os.Rename(moved, f.ws)
+			if swapErr = errors.Join(os.Remove(f.ws), os.Rename(moved, f.ws)); swapErr != nil {
+				return
+			}
+			swaps.Add(1)
 		}
 	}()
 	ran := 0
@@ -502,6 +507,13 @@ func TestMountSourceSwapRace(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+	if swapErr != nil {
+		t.Fatalf("swap: %v", swapErr)
+	}
+	if swaps.Load() == 0 {
+		t.Fatal("no swap completed while containers were created")
+	}
+	t.Logf("%d swaps, %d of 10 containers ran", swaps.Load(), ran)
 	// The source is an fd, so the swap cannot make creation fail; demand
 	// that most runs really looked, or this test tested nothing.
 	if ran < 8 {
@@ -602,10 +614,10 @@ func TestSweep(t *testing.T) {
 func TestRemoveTreeRefusesMounts(t *testing.T) {
 	testutil.RequireRoot(t)
 	victim := t.TempDir()
-	os.WriteFile(filepath.Join(victim, "precious"), []byte("x"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(victim, "precious"), []byte("x"), 0o644))
 	tree := t.TempDir()
 	mp := filepath.Join(tree, "a", "b")
-	os.MkdirAll(mp, 0o755)
+	testutil.Must(t, os.MkdirAll(mp, 0o755))
 	if err := unix.Mount(victim, mp, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}

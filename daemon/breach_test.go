@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -188,12 +189,13 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	if err := testutil.Poll(30*time.Second, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(5 * time.Millisecond) // polling the condition up to the deadline
+		return nil
+	}); err != nil {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 

@@ -313,7 +313,7 @@ func TestSlowClient(t *testing.T) {
 			if _, err := conn.Write([]byte{req[i]}); err != nil {
 				break
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the slow client's dribble: the attack, not a wait
 		}
 		io.Copy(io.Discard, conn)
 		closed <- time.Since(begin)

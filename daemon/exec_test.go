@@ -405,21 +405,19 @@ func TestReloadDrainsPools(t *testing.T) {
 		}
 	}
 	// Only the current policy's pool may remain: at most 2 waiting boxes.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if err := testutil.Poll(10*time.Second, func() error {
 		n := 0
 		for _, l := range sandbox.Leftovers(runDir) {
 			if strings.HasPrefix(l, "rootfs ") {
 				n++
 			}
 		}
-		if n <= 2 {
-			break
+		if n > 2 {
+			return fmt.Errorf("%d containers alive after two reloads", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d containers alive after two reloads; old pools were not drained", n)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("old pools were not drained: %v", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -37,12 +38,13 @@ func TestBreachClassesBlackBox(t *testing.T) {
 	    "never":[".env","*.pem","private/**"],
 	    "commands":[["sh","-c","cat ../src/.env ../src/conf/.env ../src/private/keys.txt ../src/x/y/z/w/v/k.pem 2>&1; ls -A ../src ../src/private ../src/x/y/z/w/v 2>&1; ./probe connect-unix ../src/agent.sock; ./probe write-fifo ../src/pipe; ./probe vsock; ./probe uevent; echo end"]]}}}`)
 	d := startDaemon(t, m)
-	deadline := time.Now().Add(30 * time.Second)
-	for sandbox.Containers(d.runDir) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool never filled\n%s", d.logs)
+	if err := testutil.Poll(30*time.Second, func() error {
+		if n := sandbox.Containers(d.runDir); n < 2 {
+			return fmt.Errorf("%d of 2 containers", n)
 		}
-		time.Sleep(10 * time.Millisecond) // polling up to the deadline
+		return nil
+	}); err != nil {
+		t.Fatalf("the pool never filled: %v\n%s", err, d.logs)
 	}
 	// After the pool filled: an editor's save of .env, a new .env in a
 	// new directory, private/ replaced by a copy, a key at depth 5, a

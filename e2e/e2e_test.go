@@ -115,20 +115,20 @@ func (d *daemon) start() {
 	d.exited = make(chan error, 1)
 	go func() { d.exited <- d.cmd.Wait() }()
 	d.c = client.New(d.socket)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := d.c.Health(context.Background()); err == nil {
-			return
-		}
+	exited := false
+	err := testutil.Poll(10*time.Second, func() error {
 		select {
 		case err := <-d.exited:
-			d.t.Fatalf("sluiced exited: %v\n%s", err, d.logs)
+			exited = true
+			d.t.Errorf("sluiced exited: %v", err)
+			return nil // no use waiting longer
 		default:
 		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("sluiced not ready\n%s", d.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+		_, err := d.c.Health(context.Background())
+		return err
+	})
+	if exited || err != nil {
+		d.t.Fatalf("sluiced not ready: %v\n%s", err, d.logs)
 	}
 }
 
@@ -398,12 +398,13 @@ func TestSignals(t *testing.T) {
 	testutil.Must(t, err)
 	testutil.Must(t, os.WriteFile(fx.Manifest, []byte(`{"schema_version":1,"tools":{}}`), 0o644))
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.logs.String(), "reload refused") { // the refusal is the event
-		if time.Now().After(deadline) {
-			t.Fatalf("refusal not logged: %s", d.logs)
+	if err := testutil.Poll(10*time.Second, func() error { // the refusal is the event
+		if !strings.Contains(d.logs.String(), "reload refused") {
+			return errors.New("no refusal logged")
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("refusal not logged: %s", d.logs)
 	}
 	if h, err := d.c.Health(ctx); err != nil || h.PolicyVersion != before.PolicyVersion {
 		t.Fatalf("after bad SIGHUP: %v %v", h, err)
@@ -411,16 +412,14 @@ func TestSignals(t *testing.T) {
 	// SIGHUP with a valid change.
 	testutil.Must(t, os.WriteFile(fx.Manifest, bytes.Replace(orig, []byte("4096"), []byte("1024"), 1), 0o644))
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		h, _ := d.c.Health(ctx)
-		if h != nil && h.PolicyVersion != before.PolicyVersion {
-			break
+	if err := testutil.Poll(10*time.Second, func() error {
+		h, err := d.c.Health(ctx)
+		if err == nil && h.PolicyVersion == before.PolicyVersion {
+			err = errors.New("policy version unchanged")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("SIGHUP did not reload")
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatalf("SIGHUP did not reload: %v", err)
 	}
 	// SIGTERM: clean exit, socket gone, ledger intact.
 	d.c.Close()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -102,12 +103,13 @@ func TestExecuteCrashRecovery(t *testing.T) {
 	// Killed while the sleeper's own command runs: its allowed decision
 	// is in the ledger and its "sleep 600" is a live process in the run
 	// dir's cgroups (the probe tool's pooled helpers do not count).
-	deadline := time.Now().Add(20 * time.Second)
-	for !(sleeperDecided(d) && sleeperRunning(d.runDir)) {
-		if time.Now().After(deadline) {
-			t.Fatal("the sleeper never started")
+	if err := testutil.Poll(20*time.Second, func() error {
+		if !(sleeperDecided(d) && sleeperRunning(d.runDir)) {
+			return errors.New("not decided and running yet")
 		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, up to the deadline
+		return nil
+	}); err != nil {
+		t.Fatal("the sleeper never started")
 	}
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.exited

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -217,12 +218,8 @@ func TestContainerIdentities(t *testing.T) {
 	f := newFixture(t)
 	p := NewPool(r, f.spec(t), 3, r.log)
 	defer p.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for p.Ready() < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // polling the pool's fill, up to the deadline
-	}
-	if p.Ready() != 3 {
-		t.Fatal("pool did not fill")
+	if err := testutil.Poll(20*time.Second, poolFull(p, 3)); err != nil {
+		t.Fatal(err)
 	}
 	var boxes []*Box
 	for range 2 {
@@ -531,20 +528,18 @@ func TestPool(t *testing.T) {
 	if !p.WaitWarm(wctx) || p.Ready() < 1 {
 		t.Fatal("pool not warm within 10 s")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Ready() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if p.Ready() != 2 {
-		t.Fatal("pool did not fill")
+	if err := testutil.Poll(10*time.Second, poolFull(p, 2)); err != nil {
+		t.Fatal(err)
 	}
 	seen := map[string]bool{}
 	for i := 0; i < 4; i++ {
-		b := p.Get()
-		for b == nil && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			b = p.Get()
-		}
+		var b *Box
+		testutil.Poll(10*time.Second, func() error { // a refill takes a moment
+			if b = p.Get(); b == nil {
+				return errors.New("no box ready")
+			}
+			return nil
+		})
 		if b == nil || seen[b.ID] {
 			t.Fatal("no box, or a box handed out twice")
 		}
@@ -674,5 +669,15 @@ func TestCreateFailuresLeaveNothing(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Fatalf("warnings while cleaning up: %s", logs.String())
+	}
+}
+
+// poolFull is a testutil.Poll condition: p has n boxes ready.
+func poolFull(p *Pool, n int) func() error {
+	return func() error {
+		if r := p.Ready(); r != n {
+			return fmt.Errorf("pool has %d of %d boxes ready", r, n)
+		}
+		return nil
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestParentSwapRace: while writes run, the parent directory "d" and a
@@ -227,12 +227,13 @@ func TestLocksKeyedByName(t *testing.T) {
 		unlock()
 	}()
 	// The second locker queues on the first one's entry...
-	deadline := time.Now().Add(5 * time.Second)
-	for locks.refs(a1) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the second path to the same name never queued on its lock (refs %d)", locks.refs(a1))
+	if err := testutil.Poll(5*time.Second, func() error {
+		if n := locks.refs(a1); n != 2 {
+			return fmt.Errorf("refs %d", n)
 		}
-		runtime.Gosched()
+		return nil
+	}); err != nil {
+		t.Fatalf("the second path to the same name never queued on its lock: %v", err)
 	}
 	// ...and is not granted it while it is held.
 	select {

@@ -119,12 +119,13 @@ func listing(t *testing.T, dir string) []string {
 // show once the kernel's cache times out (50 ms here).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5 s", what)
+	if err := testutil.Poll(5*time.Second, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(10 * time.Millisecond) // polling up to the deadline
+		return nil
+	}); err != nil {
+		t.Fatalf("%s: not within 5 s", what)
 	}
 }
 

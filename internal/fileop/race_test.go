@@ -63,14 +63,18 @@ func TestParentSwapRace(t *testing.T) {
 				}
 			}()
 
-			var ok, escaped int
+			var ok, escaped, overlapped int
 			var written []string
 			deadline := time.Now().Add(time.Second)
 			for i := 0; time.Now().Before(deadline); i++ {
 				name := "f" + strconv.Itoa(i)
+				before := swaps.Load()
 				p, err := ResolveParent(f.root, "d/"+name)
 				if errors.Is(err, securefs.ErrPathEscapes) {
 					escaped++
+					if swaps.Load() != before {
+						overlapped++
+					}
 					continue
 				}
 				if err != nil {
@@ -86,6 +90,9 @@ func TestParentSwapRace(t *testing.T) {
 					t.Fatalf("write %s: %v", name, err)
 				}
 				ok++
+				if swaps.Load() != before {
+					overlapped++
+				}
 				written = append(written, name)
 				if i%64 == 0 {
 					if names := listing(t, empty); len(names) != 0 {
@@ -121,7 +128,10 @@ func TestParentSwapRace(t *testing.T) {
 			if len(have) != len(written) {
 				t.Fatalf("real directory has %d names, %d written", len(have), len(written))
 			}
-			t.Logf("%d swaps, %d writes landed inside, %d refused as escapes", swaps.Load(), ok, escaped)
+			t.Logf("%d swaps, %d writes overlapped a swap, %d landed inside, %d refused as escapes", swaps.Load(), overlapped, ok, escaped)
+			if swaps.Load() == 0 || overlapped == 0 {
+				t.Fatalf("the race was not exercised: %d swaps, %d during a write", swaps.Load(), overlapped)
+			}
 			if ok == 0 || escaped == 0 {
 				t.Fatalf("the race never went both ways: %d ok, %d escaped", ok, escaped)
 			}

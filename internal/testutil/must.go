@@ -1,9 +1,6 @@
 package testutil
 
-import (
-	"os"
-	"testing"
-)
+import "testing"
 
 // Must fails the test at once if err is not nil: for fixture set-up, where
 // a dropped error would let a test pass for the wrong reason (a secret the
@@ -13,11 +10,4 @@ func Must(tb testing.TB, err error) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-}
-
-// WriteFile is os.WriteFile that fails the test if the file cannot be
-// written.
-func WriteFile(tb testing.TB, path string, data []byte, perm os.FileMode) {
-	tb.Helper()
-	Must(tb, os.WriteFile(path, data, perm))
 }

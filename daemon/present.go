@@ -133,7 +133,12 @@ func (e *streamEmitter) output(stream string, data []byte) {
 
 func (e *streamEmitter) result(res api.CallResult) {
 	if e.c.opaque() {
-		e.send(api.ResultEvent{Event: api.EventResult, CallResult: api.CallResult{CallID: res.CallID, Verdict: res.Verdict, Reason: res.Reason}})
+		// Not a ResultEvent: its CallResult would add ok, truncated,
+		// bytes and duration_ms to what an opaque denial shows.
+		e.send(struct {
+			Event string `json:"event"`
+			api.OpaqueDenial
+		}{api.EventResult, api.OpaqueDenial{CallID: res.CallID, Verdict: res.Verdict, Reason: res.Reason}})
 		return
 	}
 	res.Output, res.OutputB64 = nil, ""

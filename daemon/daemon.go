@@ -210,6 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		d.m = newMetrics(d)
 	}
+	raiseNofile(d.log)
 	d.setupCgroups()
 	defer d.closeRunner()
 	pol, err := loadPolicyWith(cfg.Manifest, cfg.ResolveMode, d.log, d.getRunner)

@@ -297,7 +297,7 @@ func TestContainerNofileLimit(t *testing.T) {
 
 // TestViewReaddirMany: a directory of 5000 entries is listed whole
 // through the view's chunked stream (32 KiB of getdents at a time), a
-// never-listed name and a FIFO absent, twice in one process (rewind).
+// never-listed name and a FIFO absent (read twice, each a fresh opendir).
 func TestViewReaddirMany(t *testing.T) {
 	fx, m := viewsFixture(t, map[string]string{
 		"ls": `"commands":[["python3","-c","import os\nfor _ in range(2):\n  n = os.listdir('many')\n  print(len(n), len(set(n)), sorted(n)[0], sorted(n)[-1], 'id.pem' in n, 'fifo' in n)"]],"pool":0`,

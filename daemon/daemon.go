@@ -216,6 +216,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		d.m = newMetrics(d)
 	}
+	raiseNofile(d.log)
 	// A manifest that does not parse is reported as such, before the
 	// locks below can refuse it for a dir another daemon holds.
 	if err := checkManifest(cfg.Manifest); err != nil {

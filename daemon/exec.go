@@ -53,12 +53,13 @@ func (e *execTool) start(name string, r *sandbox.Runner, pool int, log *slog.Log
 	mounts := e.mounts
 	e.mounts = nil
 	if len(mounts) > 0 {
-		v, err := r.NewView(mounts, e.hide)
+		v, err := r.NewView(mounts, e.hide, int(e.spec.Limits.OpenFiles))
 		if err != nil {
 			return fmt.Errorf("tools.%s: view of its mounts: %w", name, err)
 		}
 		e.view = v
 		e.spec.Mounts = v.Mounts
+		e.spec.View = v // it answers only this tool's live containers
 	}
 	if pool > 0 {
 		e.pool = sandbox.NewPool(r, e.spec, pool, log.With("tool", name))
@@ -144,6 +145,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 		Pids:        orDefault(t.Pids, authz.DefaultPids),
 		CPUs:        t.CPUs,
 		Timeout:     time.Duration(orDefault(t.TimeoutMS, authz.DefaultTimeoutMS)) * time.Millisecond,
+		OpenFiles:   t.EffectiveMaxOpenFiles(),
 	}
 	prof := t.Seccomp
 	if cached, ok := seccompCache[prof]; ok {

@@ -57,9 +57,9 @@ func openRunDir(t *testing.T) string {
 	return filepath.Join(dir, "run")
 }
 
-// asNobody runs argv as uid/gid 65534 (no container, no principal) with
+// viewAsNobody runs argv as uid/gid 65534 (no container, no principal) with
 // extra as fds 3…, and returns its combined output.
-func asNobody(t *testing.T, extra []*os.File, argv ...string) (string, error) {
+func viewAsNobody(t *testing.T, extra []*os.File, argv ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
@@ -102,10 +102,10 @@ func TestViewServesOnlyItsContainers(t *testing.T) {
 		t.Fatalf("views in the run dir: %v", views)
 	}
 	file := filepath.Join(views[0], "0", "note.txt")
-	if out, err := asNobody(t, nil, "cat", file); err == nil || strings.Contains(out, viewContent) {
+	if out, err := viewAsNobody(t, nil, "cat", file); err == nil || strings.Contains(out, viewContent) {
 		t.Errorf("uid 65534 read %s: %q", file, out)
 	}
-	if out, err := asNobody(t, nil, "stat", filepath.Join(runDir, "rootfs")); err == nil {
+	if out, err := viewAsNobody(t, nil, "stat", filepath.Join(runDir, "rootfs")); err == nil {
 		t.Errorf("uid 65534 traversed the run dir: %q", out)
 	}
 	// Past the run dir: an fd of the view's root, as a leaked or passed
@@ -115,11 +115,11 @@ func TestViewServesOnlyItsContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root.Close()
-	out, err := asNobody(t, []*os.File{root}, "cat", "/proc/self/fd/3/0/note.txt")
+	out, err := viewAsNobody(t, []*os.File{root}, "cat", "/proc/self/fd/3/0/note.txt")
 	if err == nil || strings.Contains(out, viewContent) || !strings.Contains(out, "Permission denied") {
 		t.Errorf("uid 65534 through an fd of the view: %v %q, want Permission denied", err, out)
 	}
-	out, err = asNobody(t, []*os.File{root}, "ls", "/proc/self/fd/3/0")
+	out, err = viewAsNobody(t, []*os.File{root}, "ls", "/proc/self/fd/3/0")
 	if err == nil || strings.Contains(out, "note.txt") {
 		t.Errorf("uid 65534 listed the view: %v %q", err, out)
 	}

@@ -171,7 +171,7 @@ func casefoldFixture(t *testing.T) (base, backing string, h *harness) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	base = t.TempDir()
-	os.Chmod(base, 0o755)
+	testutil.Must(t, os.Chmod(base, 0o755))
 	backing = filepath.Join(base, "backing/src")
 	for _, d := range []string{backing + "/private", base + "/workspace/src"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -179,9 +179,9 @@ func casefoldFixture(t *testing.T) (base, backing string, h *harness) {
 		}
 	}
 	for _, f := range []string{".env", "id.pem", "private/key"} {
-		os.WriteFile(filepath.Join(backing, f), []byte(escapetest.Secret+" "+f+"\n"), 0o644)
+		testutil.Must(t, os.WriteFile(filepath.Join(backing, f), []byte(escapetest.Secret+" "+f+"\n"), 0o644))
 	}
-	os.WriteFile(filepath.Join(backing, "main.py"), []byte("print('hello')\n"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(backing, "main.py"), []byte("print('hello')\n"), 0o644))
 	mountCaseInsensitive(t, backing, filepath.Join(base, "workspace/src"))
 	if b, err := os.ReadFile(filepath.Join(base, "workspace/src/.ENV")); err != nil || !bytes.Contains(b, []byte(escapetest.Secret)) {
 		t.Fatalf("the loopback is not case-insensitive: %q, %v", b, err)
@@ -238,7 +238,7 @@ func TestNeverCaseInsensitive(t *testing.T) {
 	}
 	// Another write's temp name, spelled in capitals, is not a target.
 	tmp := filepath.Join(backing, fileop.TempPrefix+"deadbeef")
-	os.WriteFile(tmp, []byte("in flight\n"), 0o600)
+	testutil.Must(t, os.WriteFile(tmp, []byte("in flight\n"), 0o600))
 	res, body = h.call("write_file", map[string]any{"path": "workspace/src/" + strings.ToUpper(fileop.TempPrefix) + "deadbeef", "content": "x\n"})
 	if res.Verdict != "deny" || res.Reason != "invalid_path" {
 		t.Errorf("write_file over a temp name in capitals: %s/%s, want deny/invalid_path: %s", res.Verdict, res.Reason, body)

@@ -89,8 +89,8 @@ func fileIs(t *testing.T, p, want string) {
 // no temp file left, and the ledger says no_space.
 func TestWriteNoSpaceLeavesOld(t *testing.T) {
 	ws, h := spaceFixture(t, "1M", "")
-	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("old"), 0o644)
-	os.WriteFile(filepath.Join(ws, "filler"), make([]byte, 600<<10), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "a.txt"), []byte("old"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "filler"), make([]byte, 600<<10), 0o644))
 	res := h.write(map[string]any{"path": "ws/a.txt", "content": strings.Repeat("x", 500<<10)})
 	if res.OK || res.Reason != api.ReasonNoSpace || res.SHA256 != "" {
 		t.Fatalf("overfilling write: ok=%v reason=%s", res.OK, res.Reason)
@@ -108,7 +108,7 @@ func TestWriteNoSpaceLeavesOld(t *testing.T) {
 // commit, leaving the file system all but full); a smaller one succeeds.
 func TestMinFreeRefusesBeforeStart(t *testing.T) {
 	ws, h := spaceFixture(t, "1M", "")
-	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("old"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "a.txt"), []byte("old"), 0o644))
 	res := h.write(map[string]any{"path": "ws/a.txt", "content": strings.Repeat("x", 1_000_000)})
 	if res.OK || res.Reason != api.ReasonNoSpace {
 		t.Fatalf("a write into the reserve: ok=%v reason=%s", res.OK, res.Reason)
@@ -137,7 +137,7 @@ func TestFullDiskSparesOthers(t *testing.T) {
 	ws, h := spaceFixture(t, "2M", principals, func(base string, cfg *Config) {
 		cfg.StateDir = filepath.Join(base, "ws", ".state") // the same file system
 	})
-	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("readable"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "a.txt"), []byte("readable"), 0o644))
 	var last *api.CallResult
 	for i := 0; i < 40; i++ {
 		last = h.write(map[string]any{"path": fmt.Sprintf("ws/f%d", i), "content": strings.Repeat("z", 100<<10)})
@@ -167,9 +167,9 @@ func asNobody(t *testing.T, binDir, socket string, args ...string) ([]byte, erro
 	}
 	dir := t.TempDir()
 	for _, d := range []string{dir, filepath.Dir(dir), filepath.Dir(socket), filepath.Dir(filepath.Dir(socket))} {
-		os.Chmod(d, 0o755)
+		testutil.Must(t, os.Chmod(d, 0o755))
 	}
-	os.Chmod(socket, 0o666)
+	testutil.Must(t, os.Chmod(socket, 0o666))
 	cli := filepath.Join(dir, "sluice")
 	if err := os.WriteFile(cli, b, 0o755); err != nil {
 		t.Fatal(err)
@@ -223,8 +223,8 @@ func TestIfMatchOverCapRefusedFast(t *testing.T) {
 // internal_error, the old content intact and no temp file left.
 func TestENOSPCDuringWrite(t *testing.T) {
 	ws, h := spaceFixture(t, "1M", "", func(_ string, cfg *Config) { cfg.MinFree = fileop.Reserve{Off: true} })
-	os.WriteFile(filepath.Join(ws, "a.txt"), []byte("old"), 0o644)
-	os.WriteFile(filepath.Join(ws, "filler"), make([]byte, 600<<10), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "a.txt"), []byte("old"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "filler"), make([]byte, 600<<10), 0o644))
 	res := h.write(map[string]any{"path": "ws/a.txt", "content": strings.Repeat("x", 500<<10)})
 	if res.OK || res.Reason != api.ReasonNoSpace {
 		t.Fatalf("a write that hits ENOSPC: ok=%v reason=%s", res.OK, res.Reason)
@@ -243,7 +243,7 @@ func TestENOSPCDuringWrite(t *testing.T) {
 func TestGoneCallStopsHash(t *testing.T) {
 	ws, h := spaceFixture(t, "", "")
 	big := bytes.Repeat([]byte("0123456789abcdef"), 2<<20) // 32 MiB
-	os.WriteFile(filepath.Join(ws, "big"), big, 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "big"), big, 0o644))
 	testHookBeforeCommit = func(c *call) { c.stop(errClientGone) }
 	t.Cleanup(func() { testHookBeforeCommit = nil })
 	res := h.write(map[string]any{"path": "ws/big", "content": "new", "if_match": digest(string(big))})

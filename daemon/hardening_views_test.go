@@ -52,7 +52,7 @@ func openRunDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
-		os.Chmod(d, 0o755)
+		testutil.Must(t, os.Chmod(d, 0o755))
 	}
 	return filepath.Join(dir, "run")
 }
@@ -311,7 +311,7 @@ func TestViewReaddirMany(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	os.WriteFile(filepath.Join(many, "id.pem"), []byte(escapetest.Secret), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(many, "id.pem"), []byte(escapetest.Secret), 0o644))
 	if err := unix.Mkfifo(filepath.Join(many, "fifo"), 0o644); err != nil {
 		t.Fatal(err)
 	}

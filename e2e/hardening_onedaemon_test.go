@@ -28,7 +28,7 @@ import (
 func oneDaemonManifest(t *testing.T) string {
 	t.Helper()
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	return writeFile(t, fx.Base, "onedaemon.json", `{"schema_version":1,"tools":{
 	  "sleeper":{"operation":"execute","mounts":["workspace/src"],"commands":[["sleep","600"]],"timeout_ms":120000,"pool":0},
 	  "cat":{"operation":"execute","mounts":["workspace/src"],"commands":[["cat","a.py"]],"pool":1},

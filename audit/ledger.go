@@ -343,7 +343,7 @@ func (l *Ledger) Health() error {
 	// the reserve is used up.
 	var st unix.Statfs_t
 	if err := unix.Fstatfs(int(l.f.Fd()), &st); err == nil && l.reserve > 0 {
-		if free := int64(st.Bavail) * st.Bsize; free < l.reserve {
+		if free := int64(st.Bavail) * st.Bsize; free < l.reserve/4 {
 			return fmt.Errorf("%w: its file system is full (%d bytes free); records go to its reserve, %d bytes left: %w",
 				ErrDegraded, free, max(l.reserveEnd-l.size, 0), unix.ENOSPC)
 		}

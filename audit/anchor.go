@@ -38,7 +38,7 @@ type Anchor struct {
 }
 
 const (
-	anchorSlot  = 128
+	anchorSlot  = 256 // the longest slot (20-digit seq and size) is 161 bytes
 	anchorMagic = "sluice-audit-anchor 1"
 )
 

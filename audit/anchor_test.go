@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,10 @@ func TestAnchorSlots(t *testing.T) {
 	}
 	if got, err := parseAnchor(make([]byte, 2*anchorSlot)); err != nil || got.Seq != 0 {
 		t.Fatalf("empty anchor: %+v %v", got, err)
+	}
+	big := Anchor{Seq: math.MaxUint64, Size: math.MaxInt64, Hash: a.Hash}
+	if got, ok, err := decodeSlot(big.encode()); !ok || err != nil || got != big {
+		t.Fatalf("the largest anchor does not fit its slot: %+v %v", got, err)
 	}
 	if _, err := ParseHead("7:" + a.Hash); err != nil {
 		t.Fatal(err)
@@ -156,5 +161,36 @@ func TestFaultsAndHealth(t *testing.T) {
 	}
 	if a, _ := ReadAnchor(AnchorPath(path)); a.Seq != 0 {
 		t.Fatalf("anchor names seq %d, which was never durable", a.Seq)
+	}
+}
+
+// TestOpenAnchorMissing: a removed (or spoiled) anchor cannot be told
+// from a first start of a version that keeps one, but it leaves a record
+// in the chain, not only a line in the journal.
+func TestOpenAnchorMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path)
+	l.AppendSync(decision(1))
+	l.Close()
+	for _, spoil := range []func(){
+		func() { os.Remove(AnchorPath(path)) },
+		func() { os.WriteFile(AnchorPath(path), bytes.Repeat([]byte("x"), 2*anchorSlot), 0o600) },
+	} {
+		spoil()
+		l, rec, err := Open(path)
+		if err != nil || rec.AnchorErr == nil {
+			t.Fatalf("spoiled anchor not reported: %+v %v", rec, err)
+		}
+		l.Close()
+		f, _ := os.Open(path)
+		var last Record
+		Read(f, func(r *Record) error { last = *r; return nil })
+		f.Close()
+		if last.Kind != KindRecovered || !strings.Contains(last.Detail, "anchor") {
+			t.Fatalf("no recovered record: %+v", last)
+		}
+		if a, err := ReadAnchor(AnchorPath(path)); err != nil || a.Seq != last.Seq {
+			t.Fatalf("anchor not rewritten: %+v %v", a, err)
+		}
 	}
 }

@@ -208,6 +208,15 @@ func OpenWith(path string, opts Options) (*Ledger, Recovery, error) {
 			return nil, rec, err
 		}
 	}
+	if rec.AnchorErr != nil {
+		// In the chain too, not only in the journal: removing or spoiling
+		// the anchor is the cheap way to hide a cut.
+		r := &Record{Kind: KindRecovered, Detail: fmt.Sprintf("ledger not checked against its anchor: %v; the anchor is rewritten from seq %d", rec.AnchorErr, l.seq)}
+		if err := l.AppendSync(r); err != nil {
+			l.closeFiles()
+			return nil, rec, err
+		}
+	}
 	if rec.CutBytes > 0 {
 		r := &Record{Kind: KindRecovered, Detail: fmt.Sprintf("cut %d bytes of a torn record after seq %d", rec.CutBytes, rec.LastSeq)}
 		if err := l.AppendSync(r); err != nil {

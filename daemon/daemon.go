@@ -198,6 +198,9 @@ type Daemon struct {
 	stopCalls context.CancelCauseFunc
 }
 
+// openLedger opens the audit ledger; tests wrap it to inject faults.
+var openLedger = audit.OpenWith
+
 // Run starts sluiced and serves until ctx is done, then shuts down
 // gracefully (see shutdown).
 func Run(ctx context.Context, cfg Config) error {
@@ -259,7 +262,7 @@ func Run(ctx context.Context, cfg Config) error {
 	} else if n > 0 {
 		d.log.Warn("removed temp files an interrupted write left", "count", n)
 	}
-	ledger, rec, err := audit.Open(filepath.Join(cfg.StateDir, "audit.jsonl"))
+	ledger, rec, err := openLedger(filepath.Join(cfg.StateDir, "audit.jsonl"), audit.Options{Logger: d.log})
 	if err != nil {
 		return err
 	}

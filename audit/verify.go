@@ -102,7 +102,7 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 // *VerifyError naming it.
 //
 // A truncated record may skip sequence numbers (the daemon found records
-// cut and continued past its anchor, DESIGN §6): its prev still links to
+// cut and continued past its anchor, docs/audit.md): its prev still links to
 // the last record left, so the chain is whole, and its seq tells how many
 // were lost. Read accepts it; Check reports it.
 func Read(r io.Reader, fn func(*Record) error) error {

@@ -93,7 +93,7 @@ func (m *Manifest) ToolNames(principal string) []string {
 	return out
 }
 
-// CheckPath is the lexical pre-check of an untrusted path (DESIGN §1 step 3).
+// CheckPath is the lexical pre-check of an untrusted path (docs/design.md §1 step 3).
 // It returns "" when the path may be handed to the resolver, else the reason.
 func CheckPath(unsafePath string) api.Reason {
 	switch {

@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/strictjson"
 )
 
-// Defaults from DESIGN §4 and §7.
+// Defaults from docs/manifest.md and docs/sandbox.md.
 const (
 	DefaultMaxBytes  = 65536
 	DefaultTimeoutMS = 30000

@@ -80,7 +80,7 @@ func (w *containerWatch) created() int {
 
 // TestDurabilityBeforeEffect: for write, delete and execute, a decision
 // that cannot be appended or made durable denies the call
-// audit_unavailable and the effect does not happen (DESIGN §1 step 7).
+// audit_unavailable and the effect does not happen (docs/design.md §3).
 // Without the decision's sync before the effect in pipeline, the sync
 // cases fail: the file is written or deleted and the container is made.
 func TestDurabilityBeforeEffect(t *testing.T) {

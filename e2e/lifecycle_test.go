@@ -37,7 +37,7 @@ func agentCLI(t *testing.T, socket string, args ...string) *exec.Cmd {
 	cred := &syscall.Credential{Uid: 65534, Gid: 65534}
 	if managed != nil {
 		// The service's socket is root:sluice 0660: an agent's user is a
-		// member of group sluice (README "Install as a service").
+		// member of group sluice (docs/operating.md, "Install as a service").
 		g, err := user.LookupGroup("sluice")
 		if err != nil {
 			t.Fatalf("the managed daemon's socket group: %v", err)

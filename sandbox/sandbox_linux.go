@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
-	_ "github.com/opencontainers/cgroups/devices" // device rules on cgroup v1 (DESIGN §7)
+	_ "github.com/opencontainers/cgroups/devices" // device rules on cgroup v1 (docs/sandbox.md)
 	devices "github.com/opencontainers/cgroups/devices/config"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -30,7 +30,7 @@ import (
 	"github.com/sluicehq/sluice/internal/fsview"
 )
 
-// Defaults from DESIGN §7.
+// Defaults from docs/sandbox.md.
 const (
 	DefaultPath     = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	helperInside    = "/.sluice/helper"

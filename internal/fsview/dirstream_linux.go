@@ -131,6 +131,11 @@ func (d *dir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 }
 
 func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) {
+	d.n.v.untrack(d)
+	d.release()
+}
+
+func (d *dir) release() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.fd >= 0 {

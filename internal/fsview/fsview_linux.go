@@ -64,6 +64,14 @@ type View struct {
 
 	mu   sync.RWMutex
 	uids map[uint32]*holder // admitted callers (see Admit)
+
+	// open holds the view's open files and directories until their
+	// release. The kernel does not always send a release before the
+	// connection ends (a container killed while the view is detached),
+	// and go-fuse calls none then: what is left is closed when the
+	// server stops, so no fd of ours outlives the view.
+	hmu  sync.Mutex
+	open map[releaser]struct{}
 	// Passthrough reports whether the kernel agreed to FUSE passthrough
 	// (reads go straight to the backing file).
 	Passthrough bool
@@ -120,6 +128,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 	v.Passthrough = server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
 	go func() {
 		server.Wait()
+		v.releaseAll()
 		for _, s := range srcs {
 			s.Root.Close()
 		}
@@ -403,7 +412,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 		give(own)
 		return nil, 0, errno
 	}
-	return newDir(n, fd, own), 0, 0
+	d := newDir(n, fd, own)
+	n.v.track(d)
+	return d, 0, 0
 }
 
 // reopen opens what h names for reading as a bare fd of ours (an
@@ -450,7 +461,39 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		give(own)
 		return nil, 0, errno
 	}
-	return &file{fd: fd, own: own}, 0, 0
+	f := &file{fd: fd, own: own, v: n.v}
+	n.v.track(f)
+	return f, 0, 0
+}
+
+// releaser is an open handle of the view: a file or a directory.
+type releaser interface{ release() }
+
+func (v *View) track(r releaser) {
+	v.hmu.Lock()
+	if v.open == nil {
+		v.open = map[releaser]struct{}{}
+	}
+	v.open[r] = struct{}{}
+	v.hmu.Unlock()
+}
+
+func (v *View) untrack(r releaser) {
+	v.hmu.Lock()
+	delete(v.open, r)
+	v.hmu.Unlock()
+}
+
+// releaseAll closes the handles the kernel never released; the server
+// has stopped, so no request can use them any more.
+func (v *View) releaseAll() {
+	v.hmu.Lock()
+	left := v.open
+	v.open = nil
+	v.hmu.Unlock()
+	for r := range left {
+		r.release()
+	}
 }
 
 // file is an open regular file of the view.
@@ -458,6 +501,7 @@ type file struct {
 	mu  sync.Mutex
 	fd  int
 	own *holder // whose cap it counts against (nil: root's)
+	v   *View
 }
 
 var (
@@ -494,6 +538,12 @@ func (f *file) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, sy
 }
 
 func (f *file) Release(ctx context.Context) syscall.Errno {
+	f.v.untrack(f)
+	f.release()
+	return 0
+}
+
+func (f *file) release() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fd >= 0 {
@@ -501,5 +551,4 @@ func (f *file) Release(ctx context.Context) syscall.Errno {
 		f.fd = -1
 		give(f.own)
 	}
-	return 0
 }

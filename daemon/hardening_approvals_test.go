@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -449,7 +450,41 @@ func TestApprovalsShowChange(t *testing.T) {
 	eq("binary", byKey["ask_write workspace/src/bin.dat"], &api.ApprovalChange{Binary: true, New: st(string(bin))})
 	eq("delete", byKey["ask_delete workspace/src/gone.txt"], &api.ApprovalChange{Current: st("bye\n")})
 	eq("execute", byKey["ask_run "], &api.ApprovalChange{Argv: []string{"echo", "hi"}})
+
+	// sluice approvals prints the same, human-readably.
+	out, err := exec.Command(sluiceCLI(t), "--socket", h.socket, "approvals").CombinedOutput()
+	if err != nil {
+		t.Fatalf("sluice approvals: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n",
+		"  current: 14 bytes, " + sha256Of([]byte(old)) + "\n  new: 12 bytes, ",
+		"(binary content: no diff; compare the digests)",
+		"  delete the file\n  current: 4 bytes, " + sha256Of([]byte("bye\n")),
+		"  run: echo hi\n",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("sluice approvals lacks %q:\n%s", want, out)
+		}
+	}
 }
+
+// sluiceCLI is bin/sluice from $SLUICE_BIN_DIR (make build), else built.
+func sluiceCLI(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("SLUICE_BIN_DIR"); d != "" {
+		if p := filepath.Join(d, "sluice"); fileExistsT(p) {
+			return p
+		}
+	}
+	p := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", p, "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput(); err != nil {
+		t.Fatalf("build sluice: %v\n%s", err, out)
+	}
+	return p
+}
+
+func fileExistsT(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // TestUnifiedDiff checks the diff against what diff -u writes.
 func TestUnifiedDiff(t *testing.T) {

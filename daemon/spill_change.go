@@ -82,7 +82,8 @@ func (d *Daemon) parkedContent(pk *parked) ([]byte, bool) {
 	}
 	body, err := d.approvals.spill.get(pk.sp)
 	if err != nil {
-		d.log.Warn("a parked write's spilled body cannot be read", "err", err, "approval_id", pk.id)
+		// Most often the call ended while the list was made.
+		d.log.Debug("a parked write's spilled body cannot be read", "err", err, "approval_id", pk.id)
 		return nil, false
 	}
 	// The body was decoded strictly (exact keys, no repeats) when the

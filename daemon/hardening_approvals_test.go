@@ -515,3 +515,33 @@ func TestUnifiedDiff(t *testing.T) {
 		t.Errorf("large diff: %d bytes, truncated %v: %.80q", len(d), trunc, d)
 	}
 }
+
+// TestApprovedWriteRevalidated: the approval binds the content, not the
+// file: a write with if_match that was listed against one version of the
+// file and approved after the file changed does not commit.
+func TestApprovedWriteRevalidated(t *testing.T) {
+	base, m := parkFixture(t)
+	target := filepath.Join(base, "workspace/src/r.txt")
+	os.WriteFile(target, []byte("v1\n"), 0o644)
+	h := start(t, m, securefs.ModeAuto)
+	agent := clientAs(h.socket, agentUID)
+	defer agent.Close()
+	s := startStream(agent, context.Background(), api.CallRequest{Tool: "ask_write",
+		Args: mustJSON(map[string]string{"path": "workspace/src/r.txt", "content": "v2\n", "if_match": sha256Of([]byte("v1\n"))})})
+	s.next(t, "pending")
+	list := waitListed(t, h, 1)
+	if ch := list[0].Change; ch == nil || !strings.Contains(ch.Diff, "-v1\n+v2\n") {
+		t.Fatalf("listed change: %+v", ch)
+	}
+	os.WriteFile(target, []byte("v1 edited\n"), 0o644)
+	if _, err := h.c.Decide(context.Background(), list[0].ApprovalID, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.wait(t); r.Reason != api.ReasonPreconditionFailed || r.OK {
+		t.Fatalf("approved write after the file changed: %+v", r)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "v1 edited\n" {
+		t.Fatalf("file: %q", b)
+	}
+	waitSpills(t, h.stateDir, 0)
+}

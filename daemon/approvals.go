@@ -143,6 +143,12 @@ func newApprovalID() string { return "a-" + strings.TrimPrefix(newCallID(), "c-"
 // and decided again under the manifest current then (a reload that
 // removed the tool denies it) and the pipeline goes on. It returns false
 // when the call has ended here.
+//
+// Review finding 6 (parked calls pinned memory): a principal has at most
+// --max-parked calls waiting (one more is denied busy), and a waiting
+// call's body is on disk in STATE_DIR/parked, not in the heap; approved,
+// it is read back and must hash to what was spilled (and a write's
+// content to the digest the approver saw) before it is decided again.
 func (c *call) awaitApproval(em emitter) bool {
 	id := newApprovalID()
 	timeout := time.Duration(c.tool.EffectiveApprovalTimeoutMS()) * time.Millisecond

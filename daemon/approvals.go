@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sort"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -18,15 +20,38 @@ import (
 type approvals struct {
 	mu   sync.Mutex
 	byID map[string]*parked
+	// max bounds the calls one principal may have parked at once
+	// (--max-parked); n counts them, by principal name.
+	max   int
+	n     map[string]int
+	spill *spillStore // set by openSpill, before the socket is served
 }
 
 // parked is one waiting call. An approval is the call itself: bound to
 // its exact intent (principal, tool, args as decoded), decided once.
+// While it waits its request body is on disk (sp), not in the heap.
 type parked struct {
 	id      string
 	c       *call
 	expires time.Time
 	verdict chan approvalVerdict // buffered; written once, by take's winner
+	sp      *spilled
+	// content is the sha256 of a write's content, as recorded in the args
+	// the approver saw: the approval is bound to it.
+	content string
+	// shown is what GET /v1/approvals shows, copied when the call parks:
+	// an approved call goes on to change its own fields.
+	shown parkedView
+}
+
+// parkedView is a parked call as the approvals list shows it.
+type parkedView struct {
+	callID, principal, tool, task string
+	args                          json.RawMessage
+	t                             *authz.Tool
+	path                          string
+	argv                          []string
+	res                           *authz.Resource
 }
 
 type approvalVerdict struct {
@@ -34,7 +59,53 @@ type approvalVerdict struct {
 	note    string
 }
 
-func newApprovals() *approvals { return &approvals{byID: map[string]*parked{}} }
+// DefaultMaxParked is how many calls one principal may have waiting for
+// approval at once: more than a person deciding them keeps up with, few
+// enough that one agent cannot fill the list (or the disk) for everyone.
+const DefaultMaxParked = 16
+
+func newApprovals(max int) *approvals {
+	if max <= 0 {
+		max = DefaultMaxParked
+	}
+	return &approvals{byID: map[string]*parked{}, max: max, n: map[string]int{}}
+}
+
+// openSpill opens STATE_DIR/parked, removing what an earlier run left
+// there; the returned func closes it.
+func (a *approvals) openSpill(stateDir string, log interface {
+	Warn(msg string, args ...any)
+}) (func(), error) {
+	s, n, err := openSpill(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		log.Warn("removed the bodies of parked calls an earlier run left", "count", n)
+	}
+	a.spill = s
+	return s.close, nil
+}
+
+// reserve takes one of principal's parked slots; false when it has
+// max calls parked already (the call is then denied busy).
+func (a *approvals) reserve(principal string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n[principal] >= a.max {
+		return false
+	}
+	a.n[principal]++
+	return true
+}
+
+func (a *approvals) unreserve(principal string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n[principal]--; a.n[principal] <= 0 {
+		delete(a.n, principal)
+	}
+}
 
 func (a *approvals) park(pk *parked) {
 	a.mu.Lock()
@@ -72,10 +143,39 @@ func newApprovalID() string { return "a-" + strings.TrimPrefix(newCallID(), "c-"
 // and decided again under the manifest current then (a reload that
 // removed the tool denies it) and the pipeline goes on. It returns false
 // when the call has ended here.
+//
+// Review finding 6 (parked calls pinned memory): a principal has at most
+// --max-parked calls waiting (one more is denied busy), and a waiting
+// call's body is on disk in STATE_DIR/parked, not in the heap; approved,
+// it is read back and must hash to what was spilled (and a write's
+// content to the digest the approver saw) before it is decided again.
 func (c *call) awaitApproval(em emitter) bool {
 	id := newApprovalID()
 	timeout := time.Duration(c.tool.EffectiveApprovalTimeoutMS()) * time.Millisecond
 	pk := &parked{id: id, c: c, expires: time.Now().Add(timeout), verdict: make(chan approvalVerdict, 1)}
+	// Bounded pending work: at most --max-parked calls per principal wait
+	// at once; beyond that the call is denied busy, and recorded so.
+	principal := c.areq.Principal
+	if !c.d.approvals.reserve(principal) {
+		c.dec = authz.Decision{Reason: api.ReasonBusy, Rule: "max_parked"}
+		c.finishDecided(em)
+		return false
+	}
+	defer c.d.approvals.unreserve(principal)
+	// The body goes to disk for the wait, and is removed however the call
+	// ends; an approved call reads it back (and checks it) first.
+	sp, err := c.d.approvals.spill.put(id, c.body)
+	if err != nil {
+		c.d.log.Error("spilling a parked call's body failed; denying", "err", err, "call_id", c.id)
+		c.dec = authz.Decision{Reason: errclass.Reason(err), Rule: "tools." + c.req.Tool + ".approval"}
+		c.finishDecided(em)
+		return false
+	}
+	defer c.d.approvals.spill.remove(sp)
+	pk.sp = sp
+	if c.op != nil && c.tool.Operation == api.OpWrite {
+		pk.content = sha256Of(c.content)
+	}
 	c.approvalID = id
 	seq, err := c.auditDecision()
 	if err == nil {
@@ -87,6 +187,16 @@ func (c *call) awaitApproval(em emitter) bool {
 		return false
 	}
 	c.closeHandles()
+	c.dropBody()
+	pk.shown = parkedView{callID: c.id, principal: c.areq.Principal, tool: c.req.Tool, task: c.req.Task, args: c.argsRecord,
+		t: c.tool, argv: c.areq.Argv}
+	if c.areq.Path != nil {
+		pk.shown.path = *c.areq.Path
+	}
+	if c.dec.Resource != nil {
+		r := *c.dec.Resource
+		pk.shown.res = &r
+	}
 	// Parked before it is announced: an approver quick enough to act on
 	// the pending event must find it.
 	c.d.approvals.park(pk)
@@ -130,7 +240,22 @@ func (c *call) awaitApproval(em emitter) bool {
 	}
 	// Approved: decided again, from the same request, under the current
 	// manifest. Fresh resolution: nothing from before the wait is used.
-	dc, err := decodeCall(c.p.m, c.body)
+	// Read back and checked: the body is the one spilled (its sha256),
+	// and a write's content is the one whose digest the approver saw.
+	body, err := c.d.approvals.spill.get(sp)
+	if err != nil {
+		c.d.log.Error("approved call's spilled body cannot be read back; denying", "err", err, "call_id", c.id)
+		c.dec = authz.Decision{Reason: errclass.Reason(err), Rule: "tools." + c.req.Tool + ".approval"}
+		c.finishDecided(em)
+		return false
+	}
+	dc, err := decodeCall(c.p.m, body)
+	if err == nil && pk.content != "" && dc.tool != nil && dc.tool.Operation == api.OpWrite && sha256Of(dc.content) != pk.content {
+		c.d.log.Error("approved write's content is not the approved content; denying", "call_id", c.id)
+		c.dec = authz.Decision{Reason: api.ReasonInternalError, Rule: "tools." + c.req.Tool + ".approval"}
+		c.finishDecided(em)
+		return false
+	}
 	if err != nil {
 		c.d.log.Warn("approved call no longer decodes under the current manifest", "err", err, "call_id", c.id)
 		c.dec = authz.Decision{Reason: api.ReasonInvalidArgs}
@@ -145,6 +270,14 @@ func (c *call) awaitApproval(em emitter) bool {
 	c.dec = authz.Decide(c.p.m, &c.areq)
 	c.checkTask()
 	return true
+}
+
+// dropBody lets go of what a parked call does not need while it waits:
+// its body (spilled), its raw args and a write's content. What stays is
+// small: the recorded args (no file bodies; at most 8 KiB), the path, an
+// execute call's argv (one of the manifest's commands) and the decision.
+func (c *call) dropBody() {
+	c.body, c.req.Args, c.content = nil, nil, nil
 }
 
 // denyAfterApproval ends a parked call with a final denial.
@@ -195,10 +328,13 @@ func (d *Daemon) handleApprovals(w http.ResponseWriter, r *http.Request, peer Pe
 		return
 	}
 	out := api.Approvals{Approvals: []api.Approval{}}
+	p := d.acquire()
+	defer p.release()
 	for _, pk := range d.approvals.list() {
-		c := pk.c
-		out.Approvals = append(out.Approvals, api.Approval{ApprovalID: pk.id, CallID: c.id, Principal: c.areq.Principal,
-			Tool: c.req.Tool, Args: c.argsRecord, Task: c.req.Task, ExpiresAt: pk.expires.UTC().Format(time.RFC3339Nano)})
+		v := &pk.shown
+		out.Approvals = append(out.Approvals, api.Approval{ApprovalID: pk.id, CallID: v.callID, Principal: v.principal,
+			Tool: v.tool, Args: v.args, Task: v.task, ExpiresAt: pk.expires.UTC().Format(time.RFC3339Nano),
+			Change: d.approvalChange(r.Context(), p, pk)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

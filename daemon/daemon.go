@@ -47,6 +47,9 @@ type Config struct {
 	// waits, in FIFO order, for a slot before it ends busy (default 10 s).
 	// The wait is not counted in the command's timeout_ms.
 	QueueTimeout time.Duration
+	// MaxParked bounds the calls one principal may have waiting for
+	// approval at once (default 16); beyond it a call is denied busy.
+	MaxParked int
 	// ShutdownGrace is how long SIGTERM waits for calls in flight before
 	// it ends them with reason shutdown (default 10 s).
 	ShutdownGrace time.Duration
@@ -196,6 +199,8 @@ type Daemon struct {
 	temps     *tempJournal
 	// stopCalls ends every call's context with errShutdown.
 	stopCalls context.CancelCauseFunc
+	// drops rate limits decision records of unmapped uids (ratelimit.go).
+	drops *dropLimiter
 }
 
 // openLedger opens the audit ledger; tests wrap it to inject faults.
@@ -209,7 +214,7 @@ func Run(ctx context.Context, cfg Config) error {
 	base, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls
-	d.approvals = newApprovals()
+	d.approvals = newApprovals(cfg.MaxParked)
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}
@@ -262,12 +267,19 @@ func Run(ctx context.Context, cfg Config) error {
 	} else if n > 0 {
 		d.log.Warn("removed temp files an interrupted write left", "count", n)
 	}
+	closeSpill, err := d.approvals.openSpill(cfg.StateDir, d.log)
+	if err != nil {
+		return err
+	}
+	defer closeSpill()
 	ledger, rec, err := openLedger(filepath.Join(cfg.StateDir, "audit.jsonl"), audit.Options{Logger: d.log})
 	if err != nil {
 		return err
 	}
 	defer ledger.Close()
 	d.ledger = meteredLedger{Ledger: ledger, m: d.m}
+	d.drops = newDropLimiter(d.auditDropped)
+	defer d.drops.close() // before the ledger closes
 	if rec.CutBytes > 0 {
 		d.log.Warn("audit ledger had a torn last record; cut it", "bytes", rec.CutBytes, "after_seq", rec.LastSeq)
 	}

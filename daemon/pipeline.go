@@ -197,6 +197,9 @@ func (c *call) principalRecord() *audit.Principal {
 // auditDecision appends the decision record (not yet synced). A call whose
 // decision cannot be written is denied: audit_unavailable.
 func (c *call) auditDecision() (uint64, error) {
+	if !c.keepDecisionRecord() {
+		return 0, nil // an unmapped uid over its rate: counted, see ratelimit.go
+	}
 	rec := &audit.Record{
 		Kind: audit.KindDecision, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
 		Tool: c.req.Tool, Args: c.argsRecord, Verdict: string(c.dec.WireVerdict()), Reason: string(c.dec.Reason),

@@ -60,7 +60,7 @@ func (r *Report) Summary() string {
 // policy denies the call for a policy reason.
 var runtimeReasons = map[api.Reason]bool{
 	api.ReasonApprovalDenied: true, api.ReasonApprovalExpired: true, api.ReasonTaskCancelled: true,
-	api.ReasonAuditUnavailable: true,
+	api.ReasonAuditUnavailable: true, api.ReasonBusy: true, api.ReasonNoSpace: true,
 }
 
 // Run reads a ledger (checking its chain; a break is an *audit.VerifyError)

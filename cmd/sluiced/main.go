@@ -29,7 +29,8 @@ func main() {
 
 Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--run-dir DIR]
                [--helper PATH] [--uid-range START-END] [--max-containers N]
-               [--queue-timeout D] [--max-conns-per-uid N] [--shutdown-grace D]
+               [--queue-timeout D] [--max-conns-per-uid N] [--max-parked N]
+               [--shutdown-grace D]
                [--task-ttl D] [--warm-timeout D] [--metrics-listen ADDR]
                [--min-free SIZE] [--log-level LEVEL]
 
@@ -42,7 +43,8 @@ waits its turn (first come, first served; not counted in its timeout_ms) for
 up to --queue-timeout, then ends with reason "busy". A peer uid may hold
 --max-conns-per-uid connections (1024 in all); at a cap the connection idle
 the longest is closed to admit a new one, and one with a request in flight
-never is.
+never is. A principal may have --max-parked calls waiting for approval at
+once; one more is denied with reason "busy".
 
 Under systemd (scripts/sluiced.service, sluiced.socket) sluiced serves the
 socket systemd passes (socket activation) instead of binding --socket, tells
@@ -66,6 +68,7 @@ Flags:
 	fs.StringVar(&cfg.Helper, "helper", "", "sluice-helper binary for execute tools (default: beside sluiced)")
 	fs.IntVar(&cfg.MaxContainers, "max-containers", daemon.DefaultMaxContainers(), "containers running commands at once; 4 per CPU by default")
 	fs.DurationVar(&cfg.QueueTimeout, "queue-timeout", daemon.DefaultQueueTimeout, "how long an execute call over --max-containers waits before it ends busy")
+	fs.IntVar(&cfg.MaxParked, "max-parked", daemon.DefaultMaxParked, "calls one principal may have waiting for approval at once; beyond it a call is denied busy")
 	fs.IntVar(&cfg.MaxConnsPerUID, "max-conns-per-uid", daemon.DefaultMaxConnsPerUID, "open connections one peer uid may hold")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", daemon.DefaultShutdownGrace, "on SIGTERM, how long calls in flight may finish before they are ended with reason shutdown")
 	fs.DurationVar(&cfg.TaskTTL, "task-ttl", daemon.DefaultTaskTTL, "how long a cancelled task stays cancelled (its new calls are denied)")
@@ -81,8 +84,8 @@ Flags:
 		fs.Usage()
 		os.Exit(2)
 	}
-	if cfg.MaxContainers < 1 || cfg.QueueTimeout <= 0 || cfg.MaxConnsPerUID < 1 || cfg.ShutdownGrace <= 0 || cfg.TaskTTL <= 0 || cfg.WarmTimeout <= 0 {
-		fmt.Fprintln(os.Stderr, "sluiced: --max-containers, --queue-timeout, --max-conns-per-uid, --shutdown-grace, --task-ttl and --warm-timeout must be positive")
+	if cfg.MaxContainers < 1 || cfg.QueueTimeout <= 0 || cfg.MaxConnsPerUID < 1 || cfg.MaxParked < 1 || cfg.ShutdownGrace <= 0 || cfg.TaskTTL <= 0 || cfg.WarmTimeout <= 0 {
+		fmt.Fprintln(os.Stderr, "sluiced: --max-containers, --queue-timeout, --max-conns-per-uid, --max-parked, --shutdown-grace, --task-ttl and --warm-timeout must be positive")
 		os.Exit(2)
 	}
 	var lv slog.Level

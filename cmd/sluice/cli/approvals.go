@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -14,7 +16,13 @@ const approvalsHelp = `Usage: sluice approvals [--watch] [--json]
 
 List the calls waiting for a human (approver principals only): approval
 id, who asked, the tool, its args (file bodies appear as digests) and when
-the approval expires. Decide one with "sluice approve ID" or "sluice deny ID".
+the approval expires, then what each call would change: for a write, a
+unified diff of the new content against the file as it is now (binary or
+very large content: sizes and sha256 digests only), for a delete the
+file's size and digest, for a command its argv. Decide one with
+"sluice approve ID" or "sluice deny ID". An approved write writes the
+content whose digest is shown; the file itself is checked again (its
+if_match) only when the write commits.
 
   --watch   keep listing: print each new waiting call as it arrives (Ctrl-C stops)
   --json    print JSON
@@ -70,6 +78,9 @@ func (e *env) approvals(args []string) int {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.ApprovalID, a.Principal, a.Tool, a.Args, dash(a.Task), a.ExpiresAt)
 			}
 			tw.Flush()
+			for _, a := range fresh {
+				printChange(e.stdout, a)
+			}
 		case first && !*watch:
 			fmt.Fprintln(e.stdout, "no calls are waiting for approval")
 		}
@@ -82,6 +93,58 @@ func (e *env) approvals(args []string) int {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// printChange shows what one waiting call would change.
+func printChange(w io.Writer, a api.Approval) {
+	ch := a.Change
+	if ch == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n%s (%s, %s) would:\n", a.ApprovalID, a.Principal, a.Tool)
+	state := func(what string, st *api.FileState) {
+		if st == nil {
+			fmt.Fprintf(w, "  %s: (does not exist)\n", what)
+			return
+		}
+		fmt.Fprintf(w, "  %s: %d bytes, %s\n", what, st.Size, st.SHA256)
+	}
+	switch {
+	case ch.Argv != nil:
+		fmt.Fprintf(w, "  run: %s\n", quoteArgv(ch.Argv))
+		return
+	case ch.New == nil:
+		fmt.Fprintln(w, "  delete the file")
+		state("current", ch.Current)
+		return
+	}
+	fmt.Fprintln(w, "  write the file")
+	state("current", ch.Current)
+	state("new", ch.New)
+	switch {
+	case ch.Binary:
+		fmt.Fprintln(w, "  (binary content: no diff; compare the digests)")
+	case ch.Diff != "":
+		fmt.Fprint(w, ch.Diff)
+		if ch.DiffTruncated {
+			fmt.Fprintln(w, "  (diff cut at 64 KiB: compare the digests)")
+		}
+	case ch.DiffTruncated:
+		fmt.Fprintln(w, "  (too large to diff: compare the sizes and digests)")
+	}
+}
+
+// quoteArgv writes argv as a shell would read it back.
+func quoteArgv(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
 }
 
 func dash(s string) string {

@@ -204,3 +204,11 @@ func (c *Client) CancelTask(ctx context.Context, task string) (*api.TaskCancel, 
 	var t api.TaskCancel
 	return &t, c.getJSON(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/cancel", nil, &t)
 }
+
+// CancelCall ends one call in flight (the caller's own; an approver's any)
+// with reason cancelled. An unknown id, or another principal's call, is a
+// 404 APIError.
+func (c *Client) CancelCall(ctx context.Context, callID string) (*api.CallCancel, error) {
+	var cc api.CallCancel
+	return &cc, c.getJSON(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/cancel", nil, &cc)
+}

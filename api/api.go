@@ -354,5 +354,25 @@ type CallCancel struct {
 	CallID string `json:"call_id"`
 }
 
+// Daemon event kinds, on GET /v1/events.
+const (
+	// DaemonEventSubscribed is the first line: the follower is subscribed,
+	// and PolicyVersion is the version in force.
+	DaemonEventSubscribed = "subscribed"
+	// DaemonEventPolicyLoaded: a reload put PolicyVersion in force (the
+	// tools a principal may call may have changed).
+	DaemonEventPolicyLoaded = "policy_loaded"
+	// DaemonEventDropped: the follower fell behind and the stream ends;
+	// subscribe again (and re-read what may have changed).
+	DaemonEventDropped = "dropped"
+)
+
+// DaemonEvent is one line of GET /v1/events.
+type DaemonEvent struct {
+	Event         string `json:"event"`
+	PolicyVersion string `json:"policy_version,omitempty"`
+	Message       string `json:"message,omitempty"`
+}
+
 // ErrConflict: the approval was already decided, or does not exist.
 const ErrConflict = "conflict"

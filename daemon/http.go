@@ -26,6 +26,7 @@ func (d *Daemon) routes() http.Handler {
 		"/v1/tools":     {method: http.MethodGet, h: d.handleTools},
 		"/v1/reload":    {method: http.MethodPost, h: d.handleReload},
 		"/v1/approvals": {method: http.MethodGet, h: d.handleApprovals},
+		"/v1/events":    {method: http.MethodGet, h: d.handleEvents},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		peer, ok := peerFrom(r.Context())

@@ -138,14 +138,15 @@ func (g *registry) cancelTask(keys []taskKey) (int, uint64) {
 }
 
 // cancelCall ends the call with this id, in flight, with a cancelError
-// naming by, when by is its owner or an approver. It reports false both
-// for an unknown id and for another principal's call, so that ids cannot
-// be probed. A peer that maps to no principal owns nothing.
-func (g *registry) cancelCall(id, by string, approver bool) bool {
+// naming by, when principal is its owner or the canceller is an approver.
+// It reports false both for an unknown id and for another principal's
+// call, so that ids cannot be probed. A peer that maps to no principal
+// (principal "") owns nothing.
+func (g *registry) cancelCall(id, principal string, approver bool, by string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	c := g.calls[id]
-	if c == nil || !(approver || (by != "" && c.owner == by)) {
+	if c == nil || !(approver || (principal != "" && c.owner == principal)) {
 		return false
 	}
 	c.stop(&cancelError{by: by})

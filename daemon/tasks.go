@@ -74,7 +74,7 @@ func (d *Daemon) handleCallCancel(w http.ResponseWriter, r *http.Request, peer P
 	if by == "" {
 		by = "uid " + strconv.FormatUint(uint64(peer.UID), 10)
 	}
-	if !d.calls.cancelCall(id, by, approver) {
+	if !d.calls.cancelCall(id, name, approver, by) {
 		writeError(w, http.StatusNotFound, api.ErrNotFound, "no call "+strconv.Quote(id)+" of yours is in flight")
 		return
 	}

@@ -57,11 +57,12 @@ type Bridge struct {
 	log  *slog.Logger
 	srv  *sdk.Server
 
-	mu      sync.Mutex
-	tools   map[string]api.Tool // registered with srv
-	loaded  bool                // tools came from sluiced at least once
-	version string              // policy version of the last event seen
-	down    error               // non-nil: sluiced was not reachable last time
+	refreshMu sync.Mutex
+	mu        sync.Mutex
+	tools     map[string]api.Tool // registered with srv
+	loaded    bool                // tools came from sluiced at least once
+	version   string              // policy version of the last event seen
+	down      error               // non-nil: sluiced was not reachable last time
 }
 
 // New returns a bridge; Run serves it.
@@ -135,6 +136,11 @@ func (b *Bridge) middleware(next sdk.MethodHandler) sdk.MethodHandler {
 				lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				err := b.refresh(lctx)
 				cancel()
+				var ae *client.APIError
+				if errors.As(err, &ae) {
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+						Message: fmt.Sprintf("sluice: sluiced at %s refused to list the tools: %v", b.opts.Socket, err)}
+				}
 				if err != nil {
 					return nil, b.unreachable(err)
 				}
@@ -164,6 +170,9 @@ func (b *Bridge) markDown(err error) {
 // are removed, new or changed ones (re)added. The SDK sends
 // notifications/tools/list_changed for any change to connected sessions.
 func (b *Bridge) refresh(ctx context.Context) error {
+	// One at a time, so that an older list is never applied after a newer.
+	b.refreshMu.Lock()
+	defer b.refreshMu.Unlock()
 	ts, err := b.c.Tools(ctx)
 	if err != nil {
 		var ae *client.APIError
@@ -374,7 +383,7 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 				}
 				w.Write(chunk)
 				if utf8.Valid(chunk) {
-					notify(string(chunk))
+					notify(capText(chunk))
 				} else {
 					notify(fmt.Sprintf("%d bytes of binary output on %s", len(chunk), ev.Stream))
 				}
@@ -458,6 +467,17 @@ func toolResult(res *api.CallResult, stdout, stderr []byte) *sdk.CallToolResult 
 		out.Content = append(out.Content, &sdk.TextContent{Text: "[sluice: " + strings.Join(status, "; ") + "]"})
 	}
 	return out
+}
+
+// maxProgressText bounds the output one progress notification carries;
+// the result has all of it.
+const maxProgressText = 16 << 10
+
+func capText(b []byte) string {
+	if len(b) <= maxProgressText {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b[:maxProgressText]), "") + "…"
 }
 
 func decodeB64(s string) ([]byte, error) { return base64.StdEncoding.DecodeString(s) }

@@ -45,6 +45,9 @@ type Options struct {
 	// RetryMin and RetryMax bound the wait between attempts to follow
 	// sluiced's events again after it went away (default 1 s and 30 s).
 	RetryMin, RetryMax time.Duration
+	// Task, when set, is the task id of every call (recorded in the
+	// ledger; `sluice tasks cancel TASK` ends the session's calls).
+	Task string
 	// CancelTimeout bounds the POST /v1/calls/{id}/cancel sent when a
 	// client cancels a call (default 5 s).
 	CancelTimeout time.Duration
@@ -360,7 +363,7 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 			n++
 			_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: msg})
 		}
-		res, err := b.c.Stream(sctx, api.CallRequest{Tool: tool, Args: args}, func(ev api.Event) error {
+		res, err := b.c.Stream(sctx, api.CallRequest{Tool: tool, Args: args, Task: b.opts.Task}, func(ev api.Event) error {
 			switch ev.Event {
 			case api.EventDecision:
 				mu.Lock()

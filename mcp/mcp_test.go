@@ -173,11 +173,15 @@ type session struct {
 // connect runs a bridge on c (a client of socket) and connects the SDK's
 // client to it over in-memory transports, speaking protocol ("" the
 // SDK's latest).
-func connect(t *testing.T, socket string, c *client.Client, protocol string) *session {
+func connect(t *testing.T, socket string, c *client.Client, protocol string, tweak ...func(*mcp.Options)) *session {
 	t.Helper()
 	s := &session{progress: make(chan *sdk.ProgressNotificationParams, 256), listChanged: make(chan struct{}, 16), logs: &lockedBuf{}}
-	b := mcp.New(mcp.Options{Socket: socket, Client: c, Logger: slog.New(slog.NewTextHandler(s.logs, nil)),
-		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	opts := mcp.Options{Socket: socket, Client: c, Logger: slog.New(slog.NewTextHandler(s.logs, nil)),
+		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
+	for _, f := range tweak {
+		f(&opts)
+	}
+	b := mcp.New(opts)
 	st, ct := sdk.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
@@ -596,5 +600,34 @@ func TestMCPDaemonStopped(t *testing.T) {
 	_, err = s2.ListTools(ctx, nil)
 	if err == nil || !strings.Contains(err.Error(), none) || !strings.Contains(err.Error(), "systemctl status sluiced") {
 		t.Fatalf("tools/list without sluiced: %v", err)
+	}
+}
+
+// TestMCPTask: with --task, every call of the session carries the task
+// id, so `sluice tasks cancel ID` ends the session's running command.
+func TestMCPTask(t *testing.T) {
+	_, m := fixture(t, "")
+	d := startSluiced(t, m)
+	agent := clientAs(d.socket, agentUID)
+	s := connect(t, d.socket, clientAs(d.socket, agentUID), "", func(o *mcp.Options) { o.Task = "session-7" })
+	defer agent.Close()
+	type out struct {
+		res *sdk.CallToolResult
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := s.call(t, context.Background(), "sleeper", map[string]any{}, nil)
+		done <- out{res, err}
+	}()
+	if err := d.running(t, "sleeper"); err != nil {
+		t.Fatal(err)
+	}
+	if tc, err := agent.CancelTask(context.Background(), "session-7"); err != nil || tc.Ended != 1 {
+		t.Fatalf("cancel the session's task: %+v %v", tc, err)
+	}
+	o := <-done
+	if o.err != nil || !o.res.IsError || structured(t, o.res).Reason != api.ReasonTaskCancelled {
+		t.Fatalf("the session's call after its task was cancelled: %+v %v", o.res, o.err)
 	}
 }

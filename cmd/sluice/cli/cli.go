@@ -47,7 +47,7 @@ Commands:
   replay --manifest NEW [--json] FILE
                       Re-decide every recorded decision under NEW (no filesystem
                       access) and list what would change. Exit 1 on a broken chain.
-  mcp                 Serve sluiced's tools to an MCP client (Claude Code, Codex,
+  mcp [--task ID]     Serve sluiced's tools to an MCP client (Claude Code, Codex,
                       VS Code, Cursor, Gemini CLI, ...) over stdio:
                         {"command": "sluice", "args": ["mcp"]}
   audit tail [-n N] [-f] FILE

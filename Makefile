@@ -38,7 +38,7 @@ demo: build
 	@scripts/demo.sh
 
 # Builds its own box offline (cached), runs libvirt in a network namespace
-# of its own, and always destroys the VM: README "Running the VM e2e".
+# of its own, and always destroys the VM: docs/testing.md "Running the VM e2e".
 vagrant-e2e:
 	@scripts/vagrant-e2e.sh
 

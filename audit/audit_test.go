@@ -93,7 +93,8 @@ func writeLedger(t *testing.T, n int) (string, [][]byte) {
 		}
 	}
 	l.Close()
-	data, _ := os.ReadFile(path)
+	data, err := os.ReadFile(path)
+	testutil.Must(t, err)
 	return path, bytes.SplitAfter(data, []byte("\n"))[:n]
 }
 
@@ -151,7 +152,8 @@ func TestTamperDetection(t *testing.T) {
 
 func TestTornTailRecovery(t *testing.T) {
 	path, lines := writeLedger(t, 5)
-	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	testutil.Must(t, err)
 	torn := lines[2][:len(lines[2])/2]
 	f.Write(torn)
 	f.Close()
@@ -171,7 +173,8 @@ func TestTornTailRecovery(t *testing.T) {
 	if err != nil || n != 7 {
 		t.Fatalf("after recovery: %d, %v", n, err)
 	}
-	data, _ := os.ReadFile(path)
+	data, err := os.ReadFile(path)
+	testutil.Must(t, err)
 	if !strings.Contains(string(data), `"kind":"recovered"`) {
 		t.Fatal("no recovered record")
 	}
@@ -179,7 +182,7 @@ func TestTornTailRecovery(t *testing.T) {
 
 func TestTornOnlyRecord(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	os.WriteFile(path, []byte(`{"args":{"pa`), 0o600)
+	testutil.Must(t, os.WriteFile(path, []byte(`{"args":{"pa`), 0o600))
 	l, rec, err := Open(path)
 	if err != nil || rec.CutBytes == 0 {
 		t.Fatalf("%+v %v", rec, err)
@@ -192,9 +195,10 @@ func TestTornOnlyRecord(t *testing.T) {
 
 func TestCorruptTailRefused(t *testing.T) {
 	path, _ := writeLedger(t, 3)
-	data, _ := os.ReadFile(path)
+	data, err := os.ReadFile(path)
+	testutil.Must(t, err)
 	data[len(data)-20] ^= 1
-	os.WriteFile(path, data, 0o600)
+	testutil.Must(t, os.WriteFile(path, data, 0o600))
 	if _, _, err := Open(path); err == nil || !strings.Contains(err.Error(), "not intact") {
 		t.Fatalf("a tampered last record was accepted: %v", err)
 	}
@@ -240,7 +244,7 @@ func TestENOSPC(t *testing.T) {
 	if failed == 0 {
 		t.Fatal("no append failed on a full filesystem")
 	}
-	os.Remove(filler)
+	testutil.Must(t, os.Remove(filler))
 	if err := l.AppendSync(decision(100)); err != nil {
 		t.Fatalf("after freeing space: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -35,21 +36,113 @@ type Ledger struct {
 	broken   error  // set on a failed sync: nothing more is accepted
 	syncs    uint64 // fdatasync calls made
 	appended uint64 // records appended since Open
+	writeErr error  // the last append's failure, cleared by a success
+
+	anchor     *anchorFile
+	anchorSync time.Time // when the anchor was last fdatasynced
+	head       Anchor    // what the anchor holds
+	logged     time.Time // when the head was last logged
+	logPending bool      // a head log is scheduled
+	log        *slog.Logger
+
+	reserve    int64 // bytes to keep preallocated beyond the end (0: none)
+	reserveEnd int64 // preallocated up to here
+	reserveErr error // the last top-up's failure: running on the reserve
+	reserveTry time.Time
+
+	faults Faults
 
 	now func() time.Time
+}
+
+// Options tune Open.
+type Options struct {
+	// Logger gets the head every few seconds (the journal's copy of the
+	// anchor), truncations and reserve trouble. Nil discards.
+	Logger *slog.Logger
+	// Reserve is how many bytes the ledger keeps preallocated beyond its
+	// end (fallocate FALLOC_FL_KEEP_SIZE), so that records, denials first
+	// of all, can still be written when the file system is full. Zero
+	// means DefaultReserve; negative, none.
+	Reserve int64
+}
+
+// DefaultReserve is the ledger's preallocated reserve: some ten thousand
+// records.
+const DefaultReserve = 4 << 20
+
+// ErrDegraded means the ledger still records but is running on its
+// reserve (its file system is full) or cannot keep one.
+var ErrDegraded = errors.New("audit ledger degraded")
+
+// headLogEvery bounds how often the head goes to the log; anchorSyncEvery
+// how often the anchor is fdatasynced on the sync path.
+const (
+	headLogEvery    = 5 * time.Second
+	anchorSyncEvery = 5 * time.Second
+	reserveRetry    = time.Second
+)
+
+// Faults make the ledger fail on purpose, for tests of what its callers
+// do then (the daemon's durability rule). Production code never sets
+// them; unset, they cost one nil check.
+type Faults struct {
+	// Append, when it returns an error, fails the append of rec as a
+	// failed write(2) would.
+	Append func(rec *Record) error
+	// Sync, when it returns an error, replaces fdatasync's result.
+	Sync func() error
+}
+
+// SetFaults installs f (tests only).
+func (l *Ledger) SetFaults(f Faults) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.faults = f
 }
 
 // Recovery says what Open found at the end of an existing ledger.
 type Recovery struct {
 	CutBytes int64  // bytes of a torn last line that were cut
 	LastSeq  uint64 // the last whole record's seq
+	// Truncated is set when the ledger was behind its anchor: a truncated
+	// record was appended and the sequence continues past the anchor.
+	Truncated *Truncation
+	// AnchorErr is set when the anchor was missing beside a non-empty
+	// ledger, or damaged: the ledger could not be checked against it.
+	AnchorErr error
 }
 
-// Open opens (creating with mode 0600) the ledger at path, takes an
+// Truncation is a ledger found behind its anchor.
+type Truncation struct {
+	Anchor   Anchor // what the anchor said
+	LastSeq  uint64 // the last record left
+	LastHash string
+	// Replaced: the ledger reaches the anchored seq but the record there
+	// is another one (records were cut and others written in their place).
+	Replaced bool
+}
+
+func (t *Truncation) String() string {
+	if t.Replaced {
+		return fmt.Sprintf("ledger does not match its anchor: the anchor says seq %d has hash %s, the ledger holds another record there (last seq %d, hash %s); records were replaced",
+			t.Anchor.Seq, t.Anchor.Hash, t.LastSeq, t.LastHash)
+	}
+	return fmt.Sprintf("ledger behind its anchor: the anchor says seq %d hash %s, the ledger ends at seq %d hash %s; %d records were cut",
+		t.Anchor.Seq, t.Anchor.Hash, t.LastSeq, t.LastHash, t.Anchor.Seq-t.LastSeq)
+}
+
+// Open is OpenWith with the default Options.
+func Open(path string) (*Ledger, Recovery, error) { return OpenWith(path, Options{}) }
+
+// OpenWith opens (creating with mode 0600) the ledger at path, takes an
 // exclusive lock on it (two daemons never share a chain), checks the last
 // whole record's own hash and cuts a torn last line. A recovered record is
-// appended when something was cut.
-func Open(path string) (*Ledger, Recovery, error) {
+// appended when something was cut. It then compares the ledger with its
+// anchor (AnchorPath): a ledger behind it gets a truncated record and its
+// sequence continues past the anchored seq, so sequence numbers are never
+// reused and the cut stays visible in the chain.
+func OpenWith(path string, opts Options) (*Ledger, Recovery, error) {
 	var rec Recovery
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -62,21 +155,209 @@ func Open(path string) (*Ledger, Recovery, error) {
 		}
 		return nil, rec, fmt.Errorf("lock audit ledger: %w", err)
 	}
-	l := &Ledger{path: path, f: f, prev: Genesis, now: time.Now}
+	l := &Ledger{path: path, f: f, prev: Genesis, now: time.Now, log: opts.Logger}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
 	l.cond = sync.NewCond(&l.mu)
 	if err := l.recoverTail(&rec); err != nil {
 		f.Close()
 		return nil, rec, err
 	}
 	rec.LastSeq = l.seq
-	if rec.CutBytes > 0 {
-		r := &Record{Kind: KindRecovered, Detail: fmt.Sprintf("cut %d bytes of a torn record after seq %d", rec.CutBytes, l.seq)}
+	af, head, aerr := openAnchorFile(AnchorPath(path))
+	if af == nil {
+		f.Close()
+		return nil, rec, aerr
+	}
+	l.anchor, l.anchorSync = af, l.now()
+	switch {
+	case aerr != nil:
+		rec.AnchorErr = aerr
+		l.log.Error("audit anchor damaged: cannot tell whether the newest records were cut; compare with the last 'audit head' in the journal",
+			"anchor", AnchorPath(path), "err", aerr)
+	case head.Seq == 0 && l.size > 0:
+		rec.AnchorErr = fmt.Errorf("no audit anchor at %s beside a ledger of %d records", AnchorPath(path), l.seq)
+		l.log.Warn("audit anchor missing (first start of a version that keeps one, or it was removed); compare the ledger with the last 'audit head' in the journal",
+			"anchor", AnchorPath(path), "last_seq", l.seq)
+	case head.Seq > 0:
+		rec.Truncated = l.behind(head)
+	}
+	l.reserve = opts.Reserve
+	if l.reserve == 0 {
+		l.reserve = DefaultReserve
+	}
+	l.reserveEnd = l.size
+	if l.reserve > 0 {
+		if err := l.topUp(l.size); err != nil {
+			if errors.Is(err, unix.EOPNOTSUPP) {
+				l.log.Warn("the audit ledger's file system cannot preallocate: no reserve for a full disk", "err", err)
+				l.reserve = 0
+			} else {
+				l.log.Error("audit ledger reserve not preallocated: a full disk will deny every call", "err", err, "reserve_bytes", l.reserve)
+			}
+		}
+	}
+	if t := rec.Truncated; t != nil {
+		l.log.Error("audit ledger was cut: it is behind its anchor; appending a truncated record, the sequence continues past the anchor",
+			"detail", t.String(), "anchor_seq", t.Anchor.Seq, "last_seq", t.LastSeq)
+		l.seq = max(l.seq, t.Anchor.Seq) // the next record is anchored seq + 1
+		r := &Record{Kind: KindTruncated, Detail: t.String()}
 		if err := l.AppendSync(r); err != nil {
-			f.Close()
+			l.closeFiles()
 			return nil, rec, err
 		}
 	}
+	if rec.AnchorErr != nil {
+		// In the chain too, not only in the journal: removing or spoiling
+		// the anchor is the cheap way to hide a cut.
+		r := &Record{Kind: KindRecovered, Detail: fmt.Sprintf("ledger not checked against its anchor: %v; the anchor is rewritten from seq %d", rec.AnchorErr, l.seq)}
+		if err := l.AppendSync(r); err != nil {
+			l.closeFiles()
+			return nil, rec, err
+		}
+	}
+	if rec.CutBytes > 0 {
+		r := &Record{Kind: KindRecovered, Detail: fmt.Sprintf("cut %d bytes of a torn record after seq %d", rec.CutBytes, rec.LastSeq)}
+		if err := l.AppendSync(r); err != nil {
+			l.closeFiles()
+			return nil, rec, err
+		}
+	}
+	if l.head.Seq != l.synced && l.synced > 0 {
+		// An existing ledger with a missing or older anchor: anchor it now.
+		if err := l.writeAnchor(Anchor{Seq: l.seq, Size: l.size, Hash: l.prev}, true); err != nil {
+			l.closeFiles()
+			return nil, rec, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
 	return l, rec, nil
+}
+
+// behind compares the ledger's tail with the anchored head: the ledger
+// must reach head.Size and the record that ends there must be head's.
+func (l *Ledger) behind(head Anchor) *Truncation {
+	l.head = head
+	t := &Truncation{Anchor: head, LastSeq: l.seq, LastHash: l.prev}
+	if l.seq < head.Seq {
+		return t
+	}
+	if l.size < head.Size {
+		t.Replaced = true
+		return t
+	}
+	start := max(head.Size-maxRecordBytes-1, 0)
+	buf := make([]byte, head.Size-start)
+	if _, err := l.f.ReadAt(buf, start); err != nil && err != io.EOF {
+		t.Replaced = true
+		return t
+	}
+	lineStart := 0
+	if len(buf) > 1 {
+		lineStart = bytes.LastIndexByte(buf[:len(buf)-1], '\n') + 1
+	}
+	r, err := checkLine(buf[lineStart:])
+	if err != nil || r.Seq != head.Seq || r.Hash != head.Hash {
+		t.Replaced = true
+		return t
+	}
+	return nil
+}
+
+// topUp preallocates the reserve beyond off (the ledger's end). The
+// blocks belong to the ledger file: an agent filling the disk cannot take
+// them, unlike space freed by deleting a spare file when the disk fills.
+func (l *Ledger) topUp(off int64) error {
+	err := unix.Fallocate(int(l.f.Fd()), unix.FALLOC_FL_KEEP_SIZE, off, l.reserve)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reserveTry = l.now()
+	if err != nil {
+		l.reserveErr = fmt.Errorf("preallocate %d bytes: %w", l.reserve, err)
+		return l.reserveErr
+	}
+	l.reserveEnd = max(l.reserveEnd, off+l.reserve)
+	l.reserveErr = nil
+	return nil
+}
+
+// writeAnchor stores head in the anchor (after the records it names are
+// durable) and logs it at most every headLogEvery; sync forces an
+// fdatasync of the anchor, which otherwise happens every anchorSyncEvery.
+// Only the syncer, Open and Close call it.
+func (l *Ledger) writeAnchor(head Anchor, sync bool) error {
+	if err := l.anchor.write(head); err != nil {
+		return err
+	}
+	now := l.now()
+	if sync || now.Sub(l.anchorSync) >= anchorSyncEvery {
+		if err := unix.Fdatasync(int(l.anchor.f.Fd())); err != nil {
+			return fmt.Errorf("sync audit anchor: %w", err)
+		}
+		l.anchorSync = now
+	}
+	l.mu.Lock()
+	l.head = head
+	logNow, schedule := false, false
+	switch {
+	case now.Sub(l.logged) >= headLogEvery:
+		l.logged, logNow = now, true
+	case !l.logPending:
+		l.logPending, schedule = true, true
+	}
+	l.mu.Unlock()
+	if logNow {
+		l.logHead(head)
+	}
+	if schedule {
+		// Log the newest head once the interval has passed, so the
+		// journal's last copy is never more than headLogEvery old.
+		time.AfterFunc(headLogEvery-now.Sub(l.logged), func() {
+			l.mu.Lock()
+			h := l.head
+			l.logPending, l.logged = false, l.now()
+			l.mu.Unlock()
+			l.logHead(h)
+		})
+	}
+	return nil
+}
+
+func (l *Ledger) logHead(h Anchor) {
+	l.log.Info("audit head", "seq", h.Seq, "hash", h.Hash, "head", fmt.Sprintf("%d:%s", h.Seq, h.Hash))
+}
+
+func (l *Ledger) closeFiles() {
+	l.anchor.f.Close()
+	l.f.Close()
+}
+
+// Health is nil when the ledger records normally. It is an ErrUnavailable
+// error when records cannot be written (a failed sync, the last append
+// failed), and an ErrDegraded error when records are written but the
+// ledger is running on its reserve because its file system is full.
+func (l *Ledger) Health() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.broken != nil:
+		return l.broken
+	case l.writeErr != nil:
+		return l.writeErr
+	case l.reserve > 0 && l.reserveErr != nil:
+		return fmt.Errorf("%w: running on its reserve, %d bytes left: %w", ErrDegraded, max(l.reserveEnd-l.size, 0), l.reserveErr)
+	}
+	// Off the call path: whether the file system still has room beyond
+	// the reserve, so health turns degraded when the disk fills, before
+	// the reserve is used up.
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(l.f.Fd()), &st); err == nil && l.reserve > 0 {
+		if free := int64(st.Bavail) * st.Bsize; free < l.reserve/4 {
+			return fmt.Errorf("%w: its file system is full (%d bytes free); records go to its reserve, %d bytes left: %w",
+				ErrDegraded, free, max(l.reserveEnd-l.size, 0), unix.ENOSPC)
+		}
+	}
+	return nil
 }
 
 // recoverTail finds the last whole record, checks its hash, takes seq and
@@ -156,6 +437,12 @@ func (l *Ledger) Append(rec *Record) (uint64, error) {
 	rec.Seq = l.seq + 1
 	rec.Prev = l.prev
 	rec.Time = l.now().UTC().Format(time.RFC3339Nano)
+	if f := l.faults.Append; f != nil {
+		if err := f(rec); err != nil {
+			l.writeErr = fmt.Errorf("%w: write: %w", ErrUnavailable, err)
+			return 0, l.writeErr
+		}
+	}
 	line, err := encode(rec)
 	if err != nil {
 		return 0, fmt.Errorf("%w: encode: %v", ErrUnavailable, err)
@@ -168,14 +455,17 @@ func (l *Ledger) Append(rec *Record) (uint64, error) {
 		// ENOSPC, EIO, a short write: take the partial line back so the
 		// chain stays whole. If even that fails, stop accepting records.
 		if terr := l.f.Truncate(l.size); terr != nil {
-			l.broken = fmt.Errorf("%w: write failed (%v) and could not be undone (%v)", ErrUnavailable, err, terr)
+			l.broken = fmt.Errorf("%w: write failed (%w) and could not be undone (%w)", ErrUnavailable, err, terr)
 			return 0, l.broken
 		}
+		l.reserveEnd = l.size // ftruncate dropped the preallocation
 		if err == nil {
 			err = io.ErrShortWrite
 		}
-		return 0, fmt.Errorf("%w: write: %v", ErrUnavailable, err)
+		l.writeErr = fmt.Errorf("%w: write: %w", ErrUnavailable, err)
+		return 0, l.writeErr
 	}
+	l.writeErr = nil
 	l.size += int64(n)
 	l.appended++
 	l.seq = rec.Seq
@@ -203,16 +493,32 @@ func (l *Ledger) Sync(seq uint64) error {
 			continue
 		}
 		l.syncing = true
-		target := l.seq
+		head := Anchor{Seq: l.seq, Size: l.size, Hash: l.prev}
+		fault := l.faults.Sync
+		topUp := l.reserve > 0 && l.reserveEnd-l.size < l.reserve/2 &&
+			(l.reserveErr == nil || l.now().Sub(l.reserveTry) >= reserveRetry)
 		l.mu.Unlock()
 		err := unix.Fdatasync(int(l.f.Fd()))
+		if fault != nil {
+			if ferr := fault(); ferr != nil {
+				err = ferr
+			}
+		}
+		if err == nil && head.Seq > l.head.Seq {
+			// The anchor names only durable records: the syncer writes
+			// it once per batch, after the fdatasync that covered them.
+			err = l.writeAnchor(head, false)
+		}
+		if err == nil && topUp {
+			_ = l.topUp(head.Size) // failure: Health reports degraded
+		}
 		l.mu.Lock()
 		l.syncs++
 		l.syncing = false
 		if err != nil {
-			l.broken = fmt.Errorf("%w: fdatasync: %v", ErrUnavailable, err)
-		} else if target > l.synced {
-			l.synced = target
+			l.broken = fmt.Errorf("%w: fdatasync: %w", ErrUnavailable, err)
+		} else if head.Seq > l.synced {
+			l.synced = head.Seq
 		}
 		l.cond.Broadcast()
 	}
@@ -235,7 +541,14 @@ func (l *Ledger) Close() error {
 	serr := l.Sync(seq)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if serr == nil && l.synced > 0 && !l.syncing {
+		if err := unix.Fdatasync(int(l.anchor.f.Fd())); err != nil && serr == nil {
+			serr = fmt.Errorf("sync audit anchor: %w", err)
+		}
+		l.logHead(l.head)
+	}
 	l.broken = fmt.Errorf("%w: closed", ErrUnavailable)
+	l.anchor.f.Close()
 	cerr := l.f.Close()
 	if serr != nil && !errors.Is(serr, ErrUnavailable) {
 		return serr

@@ -30,6 +30,56 @@ func Verify(r io.Reader) (uint64, error) {
 	return n, err
 }
 
+// Report is what Check found in a ledger whose chain is intact.
+type Report struct {
+	Records  uint64 // records read
+	LastSeq  uint64
+	LastHash string
+	// Truncations are the truncated records: each says records were cut
+	// from the ledger while the daemon was stopped.
+	Truncations []*Record
+	// Behind lists the heads (the anchor's, --head's) the ledger does not
+	// reach or contradicts, one message each.
+	Behind []string
+}
+
+// Check verifies a whole ledger like Verify and checks that it contains
+// each of heads: the record at head.Seq exists and has head.Hash. A chain
+// error is returned as by Verify, with the report so far.
+func Check(r io.Reader, heads []Anchor) (*Report, error) {
+	rep := &Report{LastHash: Genesis}
+	seen := make([]bool, len(heads))
+	err := Read(r, func(rec *Record) error {
+		rep.Records++
+		rep.LastSeq, rep.LastHash = rec.Seq, rec.Hash
+		if rec.Kind == KindTruncated {
+			rep.Truncations = append(rep.Truncations, rec)
+		}
+		for i, h := range heads {
+			if h.Seq == rec.Seq {
+				seen[i] = true
+				if h.Hash != rec.Hash {
+					rep.Behind = append(rep.Behind, fmt.Sprintf("head %d:%s: the record at seq %d has hash %s: records were replaced", h.Seq, h.Hash, h.Seq, rec.Hash))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
+	for i, h := range heads {
+		switch {
+		case seen[i]:
+		case h.Seq > rep.LastSeq:
+			rep.Behind = append(rep.Behind, fmt.Sprintf("head %d:%s: the ledger ends at seq %d: %d records were cut", h.Seq, h.Hash, rep.LastSeq, h.Seq-rep.LastSeq))
+		default:
+			rep.Behind = append(rep.Behind, fmt.Sprintf("head %d:%s: no record with seq %d: it was lost in a truncation", h.Seq, h.Hash, h.Seq))
+		}
+	}
+	return rep, nil
+}
+
 var errLineTooLong = errors.New("line longer than the largest record")
 
 func readLine(br *bufio.Reader) ([]byte, error) {
@@ -50,16 +100,21 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 // Read decodes every record of a ledger, checking the chain as it goes,
 // and hands each to fn. It stops at the first bad record with a
 // *VerifyError naming it.
+//
+// A truncated record may skip sequence numbers (the daemon found records
+// cut and continued past its anchor, docs/audit.md): its prev still links to
+// the last record left, so the chain is whole, and its seq tells how many
+// were lost. Read accepts it; Check reports it.
 func Read(r io.Reader, fn func(*Record) error) error {
 	br := bufio.NewReaderSize(r, 256<<10)
 	prev := Genesis
-	var n uint64
+	var last uint64
 	for line := 1; ; line++ {
 		b, err := readLine(br)
 		if err == io.EOF && len(b) == 0 {
 			return nil
 		}
-		want := n + 1
+		want := last + 1
 		switch {
 		case errors.Is(err, errLineTooLong):
 			return &VerifyError{Seq: want, Line: line, Msg: err.Error()}
@@ -72,14 +127,14 @@ func Read(r io.Reader, fn func(*Record) error) error {
 		if cerr != nil {
 			return &VerifyError{Seq: want, Line: line, Msg: cerr.Error()}
 		}
-		if rec.Seq != want {
+		if rec.Seq != want && !(rec.Kind == KindTruncated && rec.Seq > want) {
 			return &VerifyError{Seq: want, Line: line, Msg: fmt.Sprintf("seq is %d, want %d (a record was removed or inserted)", rec.Seq, want)}
 		}
 		if rec.Prev != prev {
 			return &VerifyError{Seq: want, Line: line, Msg: "prev does not match the hash of the record before (a record was removed, inserted or reordered)"}
 		}
 		prev = rec.Hash
-		n++
+		last = rec.Seq
 		if err := fn(rec); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/foldname"
 )
 
 // LocalPrincipal is the name every peer gets when the manifest declares no
@@ -92,7 +93,7 @@ func (m *Manifest) ToolNames(principal string) []string {
 	return out
 }
 
-// CheckPath is the lexical pre-check of an untrusted path (DESIGN §1 step 3).
+// CheckPath is the lexical pre-check of an untrusted path (docs/design.md §1 step 3).
 // It returns "" when the path may be handed to the resolver, else the reason.
 func CheckPath(unsafePath string) api.Reason {
 	switch {
@@ -493,18 +494,30 @@ func neverMatch(globs []glob, rel string) (int, bool) {
 // neverMatchComps checks a path and each of its ancestors: a glob without
 // '/' against the component's name, one with '/' against the path from the
 // root ('**' spans any number of components). Hiding a directory hides all
-// below it.
+// below it. Each component is matched as written, as its fold and as its
+// key (foldname), so that a case-insensitive disk cannot open a hidden name
+// under another spelling (".ENV", "ID.PEM", ".env."); folding allocates
+// only for names that are not already lower-case ASCII.
 func neverMatchComps(globs []glob, comps []string) (int, bool) {
+	if len(globs) == 0 {
+		return 0, false
+	}
+	var foldBuf, keyBuf [32]string
+	folds, keys := foldBuf[:0], keyBuf[:0]
+	for _, c := range comps {
+		f := foldname.Fold(c)
+		folds, keys = append(folds, f), append(keys, foldname.TrimTrailing(f))
+	}
 	for i := range comps {
 		for gi := range globs {
 			g := &globs[gi]
 			if !g.slash {
-				if g.name.match(comps[i]) {
+				if g.name.match(comps[i], folds[i], keys[i]) {
 					return gi, true
 				}
 				continue
 			}
-			if globMatch(g.comps, comps[:i+1]) {
+			if globMatch(g.comps, comps[:i+1], folds[:i+1], keys[:i+1]) {
 				return gi, true
 			}
 		}
@@ -512,22 +525,22 @@ func neverMatchComps(globs []glob, comps []string) (int, bool) {
 	return 0, false
 }
 
-// globMatch matches path components against pattern components, where
-// "**" matches zero or more components.
-func globMatch(pat []namePat, comps []string) bool {
+// globMatch matches path components (as written, folded and as keys)
+// against pattern components, where "**" matches zero or more components.
+func globMatch(pat []namePat, comps, folds, keys []string) bool {
 	for len(pat) > 0 {
 		if pat[0].kind == patDeep {
 			for k := 0; k <= len(comps); k++ {
-				if globMatch(pat[1:], comps[k:]) {
+				if globMatch(pat[1:], comps[k:], folds[k:], keys[k:]) {
 					return true
 				}
 			}
 			return false
 		}
-		if len(comps) == 0 || !pat[0].match(comps[0]) {
+		if len(comps) == 0 || !pat[0].match(comps[0], folds[0], keys[0]) {
 			return false
 		}
-		pat, comps = pat[1:], comps[1:]
+		pat, comps, folds, keys = pat[1:], comps[1:], folds[1:], keys[1:]
 	}
 	return len(comps) == 0
 }

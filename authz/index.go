@@ -4,6 +4,9 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/foldname"
 )
 
 // toolIndex is a tool's rule compiled once at Parse, so that Decide splits
@@ -26,10 +29,18 @@ type glob struct {
 }
 
 // namePat matches one path component. Most never globs are a literal
-// (".env") or a star with a literal ("*.pem"); those skip path.Match.
+// (".env") or a star with a literal ("*.pem"); those skip the general
+// matcher. A name matches when it matches byte for byte (s), or when its
+// fold or its key (foldname) matches the glob folded at load (f, toks): a
+// case-insensitive disk opens ".env" for ".ENV", one that drops trailing
+// dots and spaces for ".env." too, so those are hidden. The glob itself
+// keeps its trailing dots: "tmp." hides "TMP." (ext4 casefold keeps the
+// dot) but not "tmp", which no disk opens for a file "tmp.".
 type namePat struct {
 	kind int
-	s    string
+	s    string // the pattern part as written
+	f    string // literal, suffix or prefix folded (foldname)
+	toks []tok  // patGeneral: the pattern folded, for keys
 }
 
 const (
@@ -37,7 +48,7 @@ const (
 	patAny     // *
 	patSuffix  // *s
 	patPrefix  // s*
-	patGeneral // anything else: path.Match
+	patGeneral // anything else: path.Match, and matchToks on keys
 	patDeep    // ** (only in patterns with '/')
 )
 
@@ -49,30 +60,152 @@ func compileName(p string) namePat {
 	case p == "*":
 		return namePat{kind: patAny}
 	case !strings.ContainsAny(p, meta):
-		return namePat{kind: patLiteral, s: p}
+		return namePat{kind: patLiteral, s: p, f: foldname.Fold(p)}
 	case p[0] == '*' && !strings.ContainsAny(p[1:], meta):
-		return namePat{kind: patSuffix, s: p[1:]}
+		return namePat{kind: patSuffix, s: p[1:], f: foldname.Fold(p[1:])}
 	case p[len(p)-1] == '*' && !strings.ContainsAny(p[:len(p)-1], meta):
-		return namePat{kind: patPrefix, s: p[:len(p)-1]}
+		return namePat{kind: patPrefix, s: p[:len(p)-1], f: foldname.Fold(p[:len(p)-1])}
 	}
-	return namePat{kind: patGeneral, s: p}
+	return namePat{kind: patGeneral, s: p, toks: compileToks(p)}
 }
 
-func (n *namePat) match(name string) bool {
+// match reports whether a component matches, given as written, as its
+// fold (foldname.Fold) and as its key (the fold without trailing dots and
+// spaces, foldname.Key).
+func (n *namePat) match(name, fold, key string) bool {
 	switch n.kind {
 	case patLiteral:
-		return n.s == name
+		return n.s == name || n.f == fold || n.f == key
 	case patAny:
 		return true
 	case patSuffix:
-		return strings.HasSuffix(name, n.s)
+		return strings.HasSuffix(name, n.s) || strings.HasSuffix(fold, n.f) || strings.HasSuffix(key, n.f)
 	case patPrefix:
-		return strings.HasPrefix(name, n.s)
+		return strings.HasPrefix(name, n.s) || strings.HasPrefix(fold, n.f) || strings.HasPrefix(key, n.f)
 	case patDeep:
 		return false
 	}
-	ok, _ := path.Match(n.s, name)
-	return ok
+	if ok, _ := path.Match(n.s, name); ok {
+		return true
+	}
+	return matchToks(n.toks, fold) || len(key) != len(fold) && matchToks(n.toks, key)
+}
+
+// tok is one part of a general glob, folded for matching keys.
+type tok struct {
+	kind int    // tokLit, tokStar, tokOne, tokClass
+	s    string // tokLit: folded literal; tokClass: the class as written, "[...]"
+}
+
+const (
+	tokLit = iota
+	tokStar
+	tokOne
+	tokClass
+)
+
+// compileToks splits a valid path.Match pattern (validateGlob checked it)
+// into folded tokens: literal runs are folded like names; '*' and '?' stay; a
+// class is kept as written and tested against every rune that folds to
+// the key's rune (foldname.Variants), so [a-z] matches the key of "Q".
+func compileToks(p string) []tok {
+	var out []tok
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			out = append(out, tok{kind: tokLit, s: foldname.Fold(lit.String())})
+			lit.Reset()
+		}
+	}
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; c {
+		case '*':
+			flush()
+			if len(out) == 0 || out[len(out)-1].kind != tokStar {
+				out = append(out, tok{kind: tokStar})
+			}
+		case '?':
+			flush()
+			out = append(out, tok{kind: tokOne})
+		case '\\':
+			if i+1 < len(p) {
+				i++
+				lit.WriteByte(p[i])
+			}
+		case '[':
+			flush()
+			j := i + 1
+			if j < len(p) && p[j] == '^' {
+				j++
+			}
+			for j < len(p) && p[j] != ']' {
+				if p[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if j >= len(p) {
+				j = len(p) - 1
+			}
+			out = append(out, tok{kind: tokClass, s: p[i : j+1]})
+			i = j
+		default:
+			lit.WriteByte(c)
+		}
+	}
+	flush()
+	return out
+}
+
+// matchToks matches a key against folded tokens; '*' backtracks as in
+// path.Match. Keys are at most a few hundred bytes and globs are the
+// operator's, so the backtracking stays small.
+func matchToks(toks []tok, s string) bool {
+	for len(toks) > 0 {
+		t := &toks[0]
+		toks = toks[1:]
+		switch t.kind {
+		case tokLit:
+			if !strings.HasPrefix(s, t.s) {
+				return false
+			}
+			s = s[len(t.s):]
+		case tokStar:
+			if len(toks) == 0 {
+				return true
+			}
+			for i := 0; ; {
+				if matchToks(toks, s[i:]) {
+					return true
+				}
+				if i == len(s) {
+					return false
+				}
+				_, w := utf8.DecodeRuneInString(s[i:])
+				i += w
+			}
+		case tokOne, tokClass:
+			if s == "" {
+				return false
+			}
+			r, w := utf8.DecodeRuneInString(s)
+			if t.kind == tokClass && !classMatch(t.s, r) {
+				return false
+			}
+			s = s[w:]
+		}
+	}
+	return s == ""
+}
+
+// classMatch reports whether the class matches r or a rune that folds to
+// r: a name may spell the key's rune in any of them.
+func classMatch(class string, r rune) bool {
+	var buf [utf8.UTFMax]byte
+	return foldname.Variants(r, func(v rune) bool {
+		ok, _ := path.Match(class, string(utf8.AppendRune(buf[:0], v)))
+		return ok
+	})
 }
 
 func buildIndex(name string, t *Tool) *toolIndex {

@@ -18,13 +18,19 @@ import (
 	"github.com/sluicehq/sluice/internal/strictjson"
 )
 
-// Defaults from DESIGN §4 and §7.
+// Defaults from docs/manifest.md and docs/sandbox.md.
 const (
 	DefaultMaxBytes  = 65536
 	DefaultTimeoutMS = 30000
 	DefaultMemoryMB  = 512
 	DefaultPids      = 256
 	DefaultPool      = 2
+	// DefaultMaxOpenFiles is how many files one container may hold open
+	// through its tool's view (max_open_files).
+	DefaultMaxOpenFiles = 256
+	// maxMaxOpenFiles bounds max_open_files: each open file of a view is
+	// an fd of sluiced's own.
+	maxMaxOpenFiles = 65536
 	// DefaultApprovalTimeoutMS is how long a parked call waits (5 min).
 	DefaultApprovalTimeoutMS = 300_000
 	// DefaultFileMode is the mode of files a write creates.
@@ -80,6 +86,9 @@ type Tool struct {
 	CPUs        float64           `json:"cpus,omitempty"`
 	Seccomp     string            `json:"seccomp,omitempty"`
 	Pool        *int              `json:"pool,omitempty"`
+	// MaxOpenFiles bounds the files one container holds open through
+	// its view (each one an fd of sluiced's); EMFILE beyond it.
+	MaxOpenFiles int64 `json:"max_open_files,omitempty"`
 	// ApprovalTimeoutMS bounds how long a call waits for a human.
 	ApprovalTimeoutMS int64 `json:"approval_timeout_ms,omitempty"`
 	// Mode is which write modes calls may use: create, overwrite or
@@ -97,6 +106,14 @@ func (t *Tool) EffectiveMaxBytes() int64 {
 		return DefaultMaxBytes
 	}
 	return t.MaxBytes
+}
+
+// EffectiveMaxOpenFiles is max_open_files with its default applied.
+func (t *Tool) EffectiveMaxOpenFiles() int64 {
+	if t.MaxOpenFiles == 0 {
+		return DefaultMaxOpenFiles
+	}
+	return t.MaxOpenFiles
 }
 
 // EffectivePool is pool with its default applied.
@@ -438,6 +455,7 @@ func onlyKeys(allowed ...string) validator {
 			{len(t.Commands) > 0, "commands"}, {len(t.Mounts) > 0, "mounts"}, {t.Cwd != "", "cwd"},
 			{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
 			{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"},
+			{t.MaxOpenFiles != 0, "max_open_files"},
 			{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"},
 		} {
 			if k.set && !slicesContains(allowed, k.name) {
@@ -603,6 +621,10 @@ func validateLimits(key string, t *Tool) error {
 	}
 	if t.Pool != nil && (*t.Pool < 0 || *t.Pool > 64) {
 		return merr(key+".pool", "is %d; use 0 (always cold start) to 64 (default %d)", *t.Pool, DefaultPool)
+	}
+	if t.MaxOpenFiles < 0 || (t.MaxOpenFiles > 0 && t.MaxOpenFiles < 16) || t.MaxOpenFiles > maxMaxOpenFiles {
+		return merr(key+".max_open_files", "is %d; use 16 to %d files one container may hold open through its view (default %d)",
+			t.MaxOpenFiles, maxMaxOpenFiles, DefaultMaxOpenFiles)
 	}
 	return nil
 }

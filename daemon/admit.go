@@ -13,7 +13,7 @@ import (
 // errBusy says that no container slot came free within the queue timeout.
 var errBusy = errors.New("no container slot free within the queue timeout")
 
-// admission caps the containers that run calls at once (DESIGN §7,
+// admission caps the containers that run calls at once (docs/sandbox.md,
 // Admission). Without a cap a burst of execute calls starts every
 // container at once on a few cores, and each of them then spends its
 // timeout_ms sharing the CPUs with all the others: on 2 cores, 40 at once

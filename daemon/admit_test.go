@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/sandbox"
 )
 
@@ -212,19 +213,20 @@ func holdCall(t *testing.T, h *harness, tool string) (cancel func(), done <-chan
 // ledgerResult waits until the ledger holds the result record of callID.
 func ledgerResult(t *testing.T, h *harness, callID string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var found map[string]any
+	if err := testutil.Poll(10*time.Second, func() error {
 		for _, line := range bytes.Split(h.ledger(), []byte("\n")) {
 			var rec map[string]any
 			if json.Unmarshal(line, &rec) == nil && rec["kind"] == "result" && rec["call_id"] == callID {
-				return rec
+				found = rec
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no result record for %s in the ledger", callID)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return errors.New("not yet")
+	}); err != nil {
+		t.Fatalf("no result record for %s in the ledger", callID)
 	}
+	return found
 }
 
 // TestContainerAdmission, over the socket with one container slot: a call

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // BenchmarkReadFile is read_file of a small file over the socket through
@@ -42,7 +43,7 @@ func BenchmarkReadFile(b *testing.B) {
 func BenchmarkWrite(b *testing.B) {
 	fx := escapetest.Build(b)
 	m := filepath.Join(fx.Base, "write-bench.json")
-	os.WriteFile(m, []byte(`{"schema_version":1,"tools":{"w":{"operation":"write","roots":["workspace/src"]}}}`), 0o644)
+	testutil.Must(b, os.WriteFile(m, []byte(`{"schema_version":1,"tools":{"w":{"operation":"write","roots":["workspace/src"]}}}`), 0o644))
 	h := startB(b, m)
 	content := strings.Repeat("0123456789abcde\n", 256)
 	dir := filepath.Join(fx.Base, "workspace/src")
@@ -65,7 +66,8 @@ func BenchmarkWrite(b *testing.B) {
 		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			b.Fatal(err)
 		}
-		d, _ := os.Open(dir)
+		d, err := os.Open(dir)
+		testutil.Must(b, err)
 		d.Sync()
 		d.Close()
 	}
@@ -96,7 +98,7 @@ func BenchmarkWrite(b *testing.B) {
 func BenchmarkApprovalRoundTrip(b *testing.B) {
 	fx := escapetest.Build(b)
 	m := filepath.Join(fx.Base, "approve-bench.json")
-	os.WriteFile(m, []byte(`{"schema_version":1,"tools":{"ask":{"operation":"read","roots":["workspace/src"],"approval":"human"}}}`), 0o644)
+	testutil.Must(b, os.WriteFile(m, []byte(`{"schema_version":1,"tools":{"ask":{"operation":"read","roots":["workspace/src"],"approval":"human"}}}`), 0o644))
 	agent := startB(b, m) // no principals: local (uid 0) calls and approves
 	approver := client.New(agent.Socket)
 	defer approver.Close()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -62,7 +63,7 @@ func hostEdits(t *testing.T, src string) (check func()) {
 	if out, err := exec.Command("cp", "-a", filepath.Join(src, "private.old"), filepath.Join(src, "private")).CombinedOutput(); err != nil {
 		t.Fatalf("cp -a: %v %s", err, out)
 	}
-	os.MkdirAll(filepath.Join(src, "a/b/c/d/e"), 0o755)
+	testutil.Must(t, os.MkdirAll(filepath.Join(src, "a/b/c/d/e"), 0o755))
 	secret(filepath.Join(src, "a/b/c/d/e/new.pem"))
 	var accepted atomic.Int32
 	ln, err := net.Listen("unix", filepath.Join(src, "sock2"))
@@ -90,8 +91,8 @@ func hostEdits(t *testing.T, src string) (check func()) {
 		}
 		readers = append(readers, fd)
 	}
-	os.Chmod(filepath.Join(src, "sock"), 0o777)
-	os.Chmod(filepath.Join(src, "sock2"), 0o777)
+	testutil.Must(t, os.Chmod(filepath.Join(src, "sock"), 0o777))
+	testutil.Must(t, os.Chmod(filepath.Join(src, "sock2"), 0o777))
 	return func() {
 		t.Helper()
 		ln.Close()
@@ -120,11 +121,12 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			testutil.RequireRoot(t)
 			fx := escapetest.Build(t)
-			os.Chmod(fx.Base, 0o755)
-			bin, _ := os.ReadFile(testutil.Probe(t))
+			testutil.Must(t, os.Chmod(fx.Base, 0o755))
+			bin, err := os.ReadFile(testutil.Probe(t))
+			testutil.Must(t, err)
 			tests := filepath.Join(fx.Base, "workspace/tests")
-			os.WriteFile(filepath.Join(tests, "probe"), bin, 0o755)
-			os.WriteFile(filepath.Join(tests, "leak.sh"), []byte(leakScript), 0o755)
+			testutil.Must(t, os.WriteFile(filepath.Join(tests, "probe"), bin, 0o755))
+			testutil.Must(t, os.WriteFile(filepath.Join(tests, "leak.sh"), []byte(leakScript), 0o755))
 			pool := "0"
 			if tc.pool > 0 {
 				pool = "2"
@@ -146,7 +148,7 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 			var check func()
 			if !tc.during {
 				check = hostEdits(t, src)
-				os.WriteFile(filepath.Join(tests, "go"), nil, 0o644)
+				testutil.Must(t, os.WriteFile(filepath.Join(tests, "go"), nil, 0o644))
 			}
 			var out strings.Builder
 			res, err := h.c.Stream(context.Background(), api.CallRequest{Tool: "leak"}, func(ev api.Event) error {
@@ -157,7 +159,7 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 				if tc.during && strings.Contains(out.String(), "ready\n") && check == nil {
 					// The command runs: now the host edits, then lets it look.
 					check = hostEdits(t, src)
-					os.WriteFile(filepath.Join(tests, "go"), nil, 0o644)
+					testutil.Must(t, os.WriteFile(filepath.Join(tests, "go"), nil, 0o644))
 				}
 				return nil
 			})
@@ -187,12 +189,13 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	if err := testutil.Poll(30*time.Second, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(5 * time.Millisecond) // polling the condition up to the deadline
+		return nil
+	}); err != nil {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -204,14 +207,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestMountSetupNeverFollowsWorkspace(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	outside := filepath.Join(fx.Base, "outside")
-	os.MkdirAll(filepath.Join(outside, "sub"), 0o755)
+	testutil.Must(t, os.MkdirAll(filepath.Join(outside, "sub"), 0o755))
 	victim := filepath.Join(outside, "victim.txt")
-	os.WriteFile(victim, []byte("keep me\n"), 0o644)
+	testutil.Must(t, os.WriteFile(victim, []byte("keep me\n"), 0o644))
 	src := filepath.Join(fx.Base, "workspace/src")
-	os.MkdirAll(filepath.Join(src, "private/inner"), 0o755)
-	os.Symlink(filepath.Join(outside, "sub"), filepath.Join(src, "swap_link"))
+	testutil.Must(t, os.MkdirAll(filepath.Join(src, "private/inner"), 0o755))
+	testutil.Must(t, os.Symlink(filepath.Join(outside, "sub"), filepath.Join(src, "swap_link")))
 	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{"cat":{"operation":"execute",
 	  "commands":[["sh","-c","ls -R `+src+` >/dev/null 2>&1; echo ok"]],"mounts":["workspace/src","workspace/tests"],
 	  "cwd":"/tmp","pool":3,"never":[".env","*.pem","private/**"]}}}`)
@@ -225,11 +228,16 @@ func TestMountSetupNeverFollowsWorkspace(t *testing.T) {
 	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
 	var stop atomic.Bool
 	var wg sync.WaitGroup
+	var swaps atomic.Int64
+	var swapErr error // the swapper's error, read after wg.Wait
 	wg.Add(1)
 	go func() { // private <-> swap_link, as fast as it goes
 		defer wg.Done()
 		for !stop.Load() {
-			unix.Renameat2(unix.AT_FDCWD, filepath.Join(src, "private"), unix.AT_FDCWD, filepath.Join(src, "swap_link"), unix.RENAME_EXCHANGE)
+			if swapErr = unix.Renameat2(unix.AT_FDCWD, filepath.Join(src, "private"), unix.AT_FDCWD, filepath.Join(src, "swap_link"), unix.RENAME_EXCHANGE); swapErr != nil {
+				return
+			}
+			swaps.Add(1)
 		}
 	}()
 	for i := 0; i < 10; i++ {
@@ -244,10 +252,14 @@ func TestMountSetupNeverFollowsWorkspace(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+	if swapErr != nil || swaps.Load() == 0 {
+		t.Fatalf("the swap loop did not run: %d swaps, %v", swaps.Load(), swapErr)
+	}
 	if b, _ := os.ReadFile(victim); string(b) != "keep me\n" {
 		t.Fatalf("a file outside the mounts changed: %q", b)
 	}
-	ents, _ := os.ReadDir(filepath.Join(outside, "sub"))
+	ents, err := os.ReadDir(filepath.Join(outside, "sub"))
+	testutil.Must(t, err)
 	if len(ents) != 0 {
 		t.Fatalf("something was created outside the mounts: %v", ents)
 	}
@@ -289,7 +301,7 @@ func newMounts(before, after map[string]bool, fixture string) []string {
 func TestOverlappingMountsRefused(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.WriteFile(filepath.Join(fx.Base, "workspace/cfg.txt"), []byte("x"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/cfg.txt"), []byte("x"), 0o644))
 	for _, mounts := range []string{`["workspace","workspace/cfg.txt"]`, `["workspace/src","workspace"]`, `["workspace/src","workspace/src/"]`} {
 		m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{"t":{"operation":"execute","commands":[["true"]],"mounts":`+mounts+`,"pool":0}}}`)
 		dir := t.TempDir()

@@ -83,6 +83,12 @@ type Config struct {
 	MetricsListening func(addr string)
 	// Ready, if set, is called once the socket is listening.
 	Ready func()
+	// MinFree is the space a write must leave on its target file system
+	// (sluiced --min-free): the zero value is 5% of it or 1 GiB,
+	// whichever is smaller; Off disables it. A write below it ends
+	// no_space before it starts, so that an agent cannot fill the file
+	// system the ledger shares and deny every principal.
+	MinFree fileop.Reserve
 }
 
 // Lifecycle defaults.
@@ -193,6 +199,9 @@ type Daemon struct {
 	stopCalls context.CancelCauseFunc
 }
 
+// openLedger opens the audit ledger; tests wrap it to inject faults.
+var openLedger = audit.OpenWith
+
 // Run starts sluiced and serves until ctx is done, then shuts down
 // gracefully (see shutdown).
 func Run(ctx context.Context, cfg Config) error {
@@ -212,6 +221,19 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		d.m = newMetrics(d)
 	}
+	raiseNofile(d.log)
+	// A manifest that does not parse is reported as such, before the
+	// locks below can refuse it for a dir another daemon holds.
+	if err := checkManifest(cfg.Manifest); err != nil {
+		return err
+	}
+	// One daemon per run dir and state dir, locked before anything in them
+	// is read, swept or mounted: a second daemon must change nothing.
+	locks, err := lockDirs([2]string{"run dir", cfg.RunDir}, [2]string{"state dir", cfg.StateDir})
+	if err != nil {
+		return err
+	}
+	defer unlockAll(locks)
 	d.setupCgroups()
 	defer d.closeRunner()
 	pol, err := loadPolicyWith(cfg.Manifest, cfg.ResolveMode, d.log, d.getRunner)
@@ -219,6 +241,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	d.pol = pol
+	// Until it serves, a return closes the policy's pools and views here,
+	// or closeRunner would wait for them forever; serving, Run's own
+	// returns do.
+	serving := false
+	defer func() {
+		if !serving {
+			d.closePolicy()
+		}
+	}()
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -233,7 +264,7 @@ func Run(ctx context.Context, cfg Config) error {
 	} else if n > 0 {
 		d.log.Warn("removed temp files an interrupted write left", "count", n)
 	}
-	ledger, rec, err := audit.Open(filepath.Join(cfg.StateDir, "audit.jsonl"))
+	ledger, rec, err := openLedger(filepath.Join(cfg.StateDir, "audit.jsonl"), audit.Options{Logger: d.log})
 	if err != nil {
 		return err
 	}
@@ -251,7 +282,6 @@ func Run(ctx context.Context, cfg Config) error {
 	var metricsSrv *http.Server
 	if d.m != nil {
 		if metricsSrv, err = d.serveMetrics(); err != nil {
-			d.closePolicy()
 			return err
 		}
 		defer stopMetrics(metricsSrv)
@@ -274,6 +304,7 @@ func Run(ctx context.Context, cfg Config) error {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	serving = true
 	serveErr := make(chan error, 1)
 	go func() {
 		serveErr <- srv.Serve(&admitListener{Listener: ln, t: conns})

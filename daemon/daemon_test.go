@@ -313,7 +313,7 @@ func TestSlowClient(t *testing.T) {
 			if _, err := conn.Write([]byte{req[i]}); err != nil {
 				break
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the slow client's dribble: the attack, not a wait
 		}
 		io.Copy(io.Discard, conn)
 		closed <- time.Since(begin)
@@ -362,7 +362,11 @@ func TestAuditUnavailable(t *testing.T) {
 		t.Fatal(res.Reason)
 	}
 	filler := filepath.Join(state, "filler")
-	exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=4k").Run()
+	// dd stops, failing, once the filesystem is full: that is the point,
+	// but it must be why it stopped.
+	if out, err := exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=4k").CombinedOutput(); !bytes.Contains(out, []byte("No space left")) {
+		t.Fatalf("dd did not fill the filesystem: %v %s", err, out)
+	}
 	// The ledger's last page may still have room for a record or two.
 	drained := false
 	for range 20 {
@@ -395,7 +399,7 @@ func TestAuditUnavailable(t *testing.T) {
 			}
 		}
 	}
-	os.Remove(filler)
+	testutil.Must(t, os.Remove(filler))
 	res, _ = h.call("read_file", map[string]string{"path": "workspace/src/a.py"})
 	if !res.OK {
 		t.Fatalf("after space freed: %s", res.Reason)
@@ -500,7 +504,7 @@ func TestOpaqueDenials(t *testing.T) {
 	for _, p := range []string{"workspace/src/.env", "workspace/src/missing", "workspace/secret.txt"} {
 		_, body := h.call("read_file", map[string]string{"path": p})
 		var fields map[string]any
-		json.Unmarshal(body, &fields)
+		testutil.Must(t, json.Unmarshal(body, &fields))
 		if len(fields) != 3 || fields["reason"] != "unavailable" || fields["verdict"] != "deny" || fields["call_id"] == nil {
 			t.Errorf("%s: opaque denial shows %s", p, body)
 		}
@@ -535,8 +539,8 @@ func TestReloadAndMissingRoot(t *testing.T) {
 		t.Fatal("old policy not in force after a refused reload")
 	}
 	// A valid one, with the root now present, takes effect.
-	os.MkdirAll(filepath.Join(fx.Base, "workspace/later"), 0o755)
-	os.WriteFile(filepath.Join(fx.Base, "workspace/later/x"), []byte("later\n"), 0o644)
+	testutil.Must(t, os.MkdirAll(filepath.Join(fx.Base, "workspace/later"), 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/later/x"), []byte("later\n"), 0o644))
 	writeManifest(t, fx.Base, `{"schema_version":1,
 	  "tools":{"read_file":{"operation":"read","roots":["workspace/later"]}}}`)
 	after, err := h.c.Reload(ctx)
@@ -571,14 +575,14 @@ func TestStaleSocket(t *testing.T) {
 		t.Fatalf("socket mode %v", fi.Mode().Perm())
 	}
 	// A second daemon on a live socket refuses to start.
-	err := Run(context.Background(), Config{Manifest: fx.Manifest, Socket: sock, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	err := Run(context.Background(), Config{Manifest: fx.Manifest, Socket: sock, StateDir: t.TempDir(), RunDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err == nil || !strings.Contains(err.Error(), "another daemon") {
 		t.Fatalf("second daemon: %v", err)
 	}
 	// A regular file at the socket path is never removed.
 	plain := filepath.Join(dir, "plain")
-	os.WriteFile(plain, []byte("x"), 0o644)
-	err = Run(context.Background(), Config{Manifest: fx.Manifest, Socket: plain, StateDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	testutil.Must(t, os.WriteFile(plain, []byte("x"), 0o644))
+	err = Run(context.Background(), Config{Manifest: fx.Manifest, Socket: plain, StateDir: t.TempDir(), RunDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Fatalf("plain file at socket path: %v", err)
 	}

@@ -1,5 +1,5 @@
 // Package daemon is sluiced: the unix-socket HTTP server, peer credentials,
-// the request pipeline of DESIGN §1 (parse, identify, resolve, authorize,
+// the request pipeline of docs/design.md §1 (parse, identify, resolve, authorize,
 // audit, execute, audit, return) and manifest reloads.
 //
 // A request can never claim an identity: the principal comes from the

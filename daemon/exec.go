@@ -8,8 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
@@ -49,12 +53,13 @@ func (e *execTool) start(name string, r *sandbox.Runner, pool int, log *slog.Log
 	mounts := e.mounts
 	e.mounts = nil
 	if len(mounts) > 0 {
-		v, err := r.NewView(mounts, e.hide)
+		v, err := r.NewView(mounts, e.hide, int(e.spec.Limits.OpenFiles))
 		if err != nil {
 			return fmt.Errorf("tools.%s: view of its mounts: %w", name, err)
 		}
 		e.view = v
 		e.spec.Mounts = v.Mounts
+		e.spec.View = v // it answers only this tool's live containers
 	}
 	if pool > 0 {
 		e.pool = sandbox.NewPool(r, e.spec, pool, log.With("tool", name))
@@ -140,6 +145,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 		Pids:        orDefault(t.Pids, authz.DefaultPids),
 		CPUs:        t.CPUs,
 		Timeout:     time.Duration(orDefault(t.TimeoutMS, authz.DefaultTimeoutMS)) * time.Millisecond,
+		OpenFiles:   t.EffectiveMaxOpenFiles(),
 	}
 	prof := t.Seccomp
 	if cached, ok := seccompCache[prof]; ok {
@@ -263,11 +269,31 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		o.reason = api.ReasonTimeout
 	case errors.Is(err, context.Canceled):
 		o.reason = c.endReason() // task_cancelled, shutdown, or the client went away
+	case res.Signal != 0:
+		o.reason, o.signal, o.exitCode = api.ReasonKilled, signalName(res.Signal), nil
+		c.d.log.Warn("a command died by a signal sluiced did not send", "signal", o.signal,
+			"tool", c.req.Tool, "call_id", c.id)
 	default:
 		o.reason = api.ReasonAllowed
 		o.ok = code == 0
 	}
 	return o
+}
+
+// signalName names a signal the way the result's signal field does
+// ("SIGKILL"). A signal death that sluice did not cause (not its timeout
+// kill, not the OOM killer at the tool's limit, not a task cancel or a
+// shutdown) is reason killed with no exit code: the shell's 128+N would
+// read as an ordinary exit, and a command that exits 137 by itself stays
+// allowed with exit_code 137. That covers a process on the host killing
+// the container (an operator, another daemon, systemd) and a command the
+// kernel kills for a fault (SIGSEGV, SIGBUS); a command cannot kill itself
+// with a signal it does not handle, as PID 1 of its pid namespace.
+func signalName(sig int) string {
+	if n := unix.SignalName(syscall.Signal(sig)); n != "" {
+		return n
+	}
+	return "SIG" + strconv.Itoa(sig)
 }
 
 func validStderr(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") }

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,9 +38,10 @@ func execFixture(t *testing.T, tools []probeTool) (*escapetest.Fixture, string) 
 	t.Helper()
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
-	bin, _ := os.ReadFile(testutil.Probe(t))
-	os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	bin, err := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755))
 	var b strings.Builder
 	b.WriteString(`{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src"]}`)
 	for _, tl := range tools {
@@ -109,10 +112,11 @@ func TestExecuteProbes(t *testing.T) {
 	fx, m := execFixture(t, tools)
 	secret := filepath.Join(fx.Base, "secret.txt")
 	env := filepath.Join(fx.Base, "workspace/src/.env")
-	raw, _ := os.ReadFile(m)
+	raw, err := os.ReadFile(m)
+	testutil.Must(t, err)
 	raw = bytes.ReplaceAll(raw, []byte("SECRET_PATH"), []byte(secret))
 	raw = bytes.ReplaceAll(raw, []byte("ENV_PATH"), []byte(env))
-	os.WriteFile(m, raw, 0o644)
+	testutil.Must(t, os.WriteFile(m, raw, 0o644))
 	runDir := t.TempDir()
 	var logs *bytes.Buffer
 	t.Cleanup(func() { // registered first, so it runs after the daemon has stopped
@@ -166,9 +170,10 @@ func TestExecuteOutputAndStreaming(t *testing.T) {
 	}
 	_, m := execFixture(t, tools)
 	// a second command for "two", to exercise argv matching
-	raw, _ := os.ReadFile(m)
+	raw, err := os.ReadFile(m)
+	testutil.Must(t, err)
 	raw = bytes.Replace(raw, []byte(`"commands":[["echo","a"]]`), []byte(`"commands":[["echo","a"],["echo","b"]]`), 1)
-	os.WriteFile(m, raw, 0o644)
+	testutil.Must(t, os.WriteFile(m, raw, 0o644))
 	runDir := t.TempDir()
 	t.Cleanup(func() {
 		if left := sandbox.Leftovers(runDir); len(left) > 0 {
@@ -261,11 +266,15 @@ func TestExecuteOutputAndStreaming(t *testing.T) {
 
 // TestMountSwapDuringPoolRefill: the mount's source was resolved to an fd
 // at load; swapping the path for a symlink to a secret while the pool
-// refills never puts the secret in a container.
+// refills never puts the secret in a container. The overlap is measured,
+// not hoped for: after each call the test waits (on the sluice_pool_ready
+// gauge) for the pool to refill, counts the swaps done meanwhile, and
+// requires that refills did overlap swaps and that calls took containers
+// made during them (sluice_pool_hits_total).
 func TestMountSwapDuringPoolRefill(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{"cat":{"operation":"execute",
 	  "commands":[["sh","-c","cat `+fx.Base+`/workspace/tests/* 2>&1 | head -c 2000"]],"mounts":["workspace/tests"],"cwd":"/tmp","pool":2}}}`)
 	runDir := t.TempDir()
@@ -274,32 +283,95 @@ func TestMountSwapDuringPoolRefill(t *testing.T) {
 			t.Errorf("left behind: %v", left)
 		}
 	})
-	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
+	addr := make(chan string, 1)
+	h := start(t, m, securefs.ModeAuto, func(c *Config) {
+		c.RunDir = runDir
+		c.MetricsListen = "127.0.0.1:0"
+		c.MetricsListening = func(a string) { addr <- a }
+	})
+	url := "http://" + <-addr + "/metrics"
+	full := func() error {
+		if n := metricValue(t, url, `sluice_pool_ready{tool="cat"}`); n != 2 {
+			return fmt.Errorf("pool has %v of 2 ready", n)
+		}
+		return nil
+	}
+	testutil.Must(t, testutil.Poll(30*time.Second, full))
+
 	tests := filepath.Join(fx.Base, "workspace/tests")
 	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
+	var swaps atomic.Int64
+	swapErr := make(chan error, 1)
 	go func() {
-		defer wg.Done()
+		defer close(swapErr)
+		step := func(err error) bool {
+			if err != nil {
+				swapErr <- err
+			}
+			return err == nil
+		}
 		for !stop.Load() {
-			os.Rename(tests, tests+".orig")
-			os.Symlink(fx.Base, tests)
-			time.Sleep(time.Millisecond)
-			os.Remove(tests)
-			os.Rename(tests+".orig", tests)
+			if !step(os.Rename(tests, tests+".orig")) || !step(os.Symlink(fx.Base, tests)) {
+				return
+			}
+			time.Sleep(time.Millisecond) // the attack's window, not a synchronization
+			if !step(os.Remove(tests)) || !step(os.Rename(tests+".orig", tests)) {
+				return
+			}
+			swaps.Add(1)
 		}
 	}()
-	for i := 0; i < 12; i++ {
+	const calls = 12
+	refillsOverlapped, swapsDuringRefill := 0, int64(0)
+	for i := 0; i < calls; i++ {
 		res, body := h.call("cat", map[string]any{})
 		if bytes.Contains(body, []byte(escapetest.Secret)) {
 			t.Fatalf("ESCAPE: a refilled container mounted a swapped-in symlink: %s", body)
 		}
-		if !strings.Contains(*res.Output, "import unittest") {
+		if res.Output == nil || !strings.Contains(*res.Output, "import unittest") {
 			t.Fatalf("the mount lost its content: %s", body)
+		}
+		// The call has ended, so its box's refill has begun: wait until
+		// it is done, and count the swaps it overlapped.
+		before := swaps.Load()
+		if err := testutil.Poll(30*time.Second, full); err != nil {
+			t.Fatalf("the pool did not refill after call %d: %v", i, err)
+		}
+		if n := swaps.Load() - before; n > 0 {
+			refillsOverlapped++
+			swapsDuringRefill += n
 		}
 	}
 	stop.Store(true)
-	wg.Wait()
+	if err := <-swapErr; err != nil {
+		t.Fatalf("swap: %v", err)
+	}
+	hits := metricValue(t, url, `sluice_pool_hits_total{tool="cat"}`)
+	t.Logf("%d swaps, %d of %d refills overlapped swaps (%d swaps during refills), %v warm calls",
+		swaps.Load(), refillsOverlapped, calls, swapsDuringRefill, hits)
+	if refillsOverlapped == 0 || hits == 0 {
+		t.Fatalf("no refill overlapped a swap (%d refills overlapped, %v warm calls): the race was not run", refillsOverlapped, hits)
+	}
+}
+
+// metricValue scrapes url and returns the sample named series (name and
+// labels, as the text format prints them), or fails the test.
+func metricValue(t *testing.T, url, series string) float64 {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	testutil.Must(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	testutil.Must(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			testutil.Must(t, err)
+			return f
+		}
+	}
+	t.Fatalf("%s not in the metrics:\n%s", series, b)
+	return 0
 }
 
 // TestReloadDrainsPools: a reload destroys the old policy's waiting
@@ -308,7 +380,7 @@ func TestMountSwapDuringPoolRefill(t *testing.T) {
 func TestReloadDrainsPools(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	manifest := func(word string) string {
 		return `{"schema_version":1,"tools":{"say":{"operation":"execute","commands":[["echo","` + word + `"]],"pool":2}}}`
 	}
@@ -333,21 +405,19 @@ func TestReloadDrainsPools(t *testing.T) {
 		}
 	}
 	// Only the current policy's pool may remain: at most 2 waiting boxes.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if err := testutil.Poll(10*time.Second, func() error {
 		n := 0
 		for _, l := range sandbox.Leftovers(runDir) {
 			if strings.HasPrefix(l, "rootfs ") {
 				n++
 			}
 		}
-		if n <= 2 {
-			break
+		if n > 2 {
+			return fmt.Errorf("%d containers alive after two reloads", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d containers alive after two reloads; old pools were not drained", n)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("old pools were not drained: %v", err)
 	}
 }
 

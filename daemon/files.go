@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -36,7 +37,7 @@ func (c *call) fileTool(f func(*securefs.Handle, int64) ([]byte, bool, error)) *
 	data, trunc, err := f(h, c.tool.EffectiveMaxBytes())
 	if err != nil {
 		c.d.log.Error("file tool failed", "err", err, "call_id", c.id)
-		return &outcome{reason: api.ReasonInternalError}
+		return &outcome{reason: errclass.Reason(err)} // EIO internal_error, EMFILE busy, …
 	}
 	return &outcome{ok: true, reason: api.ReasonAllowed, output: data, truncated: trunc}
 }

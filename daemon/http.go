@@ -111,10 +111,18 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
 }
 
+// handleHealth reports the ledger's state with the daemon's: a daemon whose
+// ledger cannot write denies every call audit_unavailable, and one whose
+// ledger runs on its reserve is about to (review finding 5), so neither
+// may say plain "ok".
 func (d *Daemon) handleHealth(w http.ResponseWriter, r *http.Request, _ Peer) {
 	p := d.acquire()
 	defer p.release()
-	writeJSON(w, http.StatusOK, api.Health{Status: "ok", Version: api.Version, PolicyVersion: p.m.Version})
+	h := api.Health{Status: "ok", Audit: "ok", Version: api.Version, PolicyVersion: p.m.Version}
+	if err := d.ledger.Health(); err != nil {
+		h.Status, h.Audit, h.AuditError = "degraded", "degraded", err.Error()
+	}
+	writeJSON(w, http.StatusOK, h)
 }
 
 func (d *Daemon) handleTools(w http.ResponseWriter, r *http.Request, peer Peer) {

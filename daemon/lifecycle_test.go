@@ -59,7 +59,7 @@ func lifecycleFixture(t *testing.T, extraTools string) (*escapetest.Fixture, str
 	t.Helper()
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	m := writeManifest(t, fx.Base, `{"schema_version":1,
 	  "principals":{"agent":{"uids":[4242],"tools":["*"]},"ops":{"uids":[0],"approver":true,"tools":[]}},
 	  "tools":{"ask_read":{"operation":"read","roots":["workspace/src"],"approval":"human"},
@@ -240,8 +240,9 @@ func TestApprovals(t *testing.T) {
 	t.Run("approved after a reload removed the tool", func(t *testing.T) {
 		s := startStream(agent, ctx, api.CallRequest{Tool: "ask_read", Args: pathArgs("workspace/src/a.py")})
 		ev := s.next(t, "the pending decision")
-		raw, _ := os.ReadFile(m)
-		os.WriteFile(m, bytes.Replace(raw, []byte(`"ask_read":`), []byte(`"was_ask_read":`), 1), 0o644)
+		raw, err := os.ReadFile(m)
+		testutil.Must(t, err)
+		testutil.Must(t, os.WriteFile(m, bytes.Replace(raw, []byte(`"ask_read":`), []byte(`"was_ask_read":`), 1), 0o644))
 		if _, err := h.c.Reload(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -381,7 +382,8 @@ func TestShutdownWithCallsInFlight(t *testing.T) {
 	if took > cfg.ShutdownGrace+2*time.Second+3*time.Second { // grace + 2 s, plus slack for a loaded machine
 		t.Errorf("stop took %v", took)
 	}
-	led, _ := os.ReadFile(filepath.Join(cfg.StateDir, "audit.jsonl"))
+	led, err := os.ReadFile(filepath.Join(cfg.StateDir, "audit.jsonl"))
+	testutil.Must(t, err)
 	if !bytes.Contains(led, []byte(`"kind":"result"`)) || !bytes.Contains(led, []byte(`"reason":"shutdown"`)) {
 		t.Fatalf("the ledger has no shutdown result:\n%s", led)
 	}

@@ -84,6 +84,20 @@ func listenUnix(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("create socket dir: %w", err)
 		}
 	}
+	// The stale check below dials, then removes: two daemons starting on
+	// one stale socket could each find it dead, and the later one remove
+	// the earlier one's live socket. The lock beside it, held for the
+	// listener's life, makes the check and the takeover one daemon's.
+	lock, err := lockFile("socket "+path, path+".lock", nil, "give this daemon its own --socket")
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			unlockAll([]*dirLock{lock})
+		}
+	}()
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("socket path %s exists and is not a socket; refusing to remove it", path)
@@ -124,7 +138,8 @@ func listenUnix(path string) (net.Listener, error) {
 		l.Close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	l = &unlinkListener{UnixListener: ul, path: path}
+	l = &unlinkListener{UnixListener: ul, path: path, lock: lock}
+	ok = true
 	if g, err := user.LookupGroup("sluice"); err == nil {
 		if gid, err := strconv.Atoi(g.Gid); err == nil {
 			_ = os.Chown(path, 0, gid)
@@ -138,12 +153,16 @@ func listenUnix(path string) (net.Listener, error) {
 type unlinkListener struct {
 	*net.UnixListener
 	path string
+	lock *dirLock // the socket's lock, released once the socket is gone
 	once sync.Once
 }
 
 func (l *unlinkListener) Close() error {
 	err := l.UnixListener.Close()
-	l.once.Do(func() { os.Remove(l.path) })
+	l.once.Do(func() {
+		os.Remove(l.path)
+		unlockAll([]*dirLock{l.lock})
+	})
 	return err
 }
 

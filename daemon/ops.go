@@ -9,7 +9,7 @@ import (
 )
 
 // opSpec is everything the daemon knows about one operation, in one place
-// (DESIGN §1 step 4): how its args decode and are recorded, what it needs
+// (docs/design.md §1): how its args decode and are recorded, what it needs
 // resolved, whether it has effects (its decision is then durable before
 // the effect starts), its JSON Schema and description for /v1/tools, and
 // its executor. authz holds the pure half: validators and the kind check.

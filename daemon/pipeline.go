@@ -199,9 +199,12 @@ type outcome struct {
 	stderr    []byte
 	truncated bool
 	exitCode  *int
+	signal    string // what killed the command, when sluice did not (reason killed)
 	// sha256 and size of what a write left or a delete removed.
 	digest string
 	size   int64
+
+	durable *bool // set when a write or delete committed: false when the directory fsync failed
 }
 
 func (c *call) principalRecord() *audit.Principal {
@@ -240,7 +243,7 @@ func (c *call) auditResult(o *outcome) (uint64, error) {
 		Kind: audit.KindResult, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
 		Tool: c.req.Tool, Verdict: string(c.dec.WireVerdict()), Reason: string(o.reason), PolicyVersion: c.p.m.Version,
 		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated,
-			DurationMS: c.elapsedMS(), ExitCode: o.exitCode, SHA256: o.digest, Size: o.size},
+			DurationMS: c.elapsedMS(), ExitCode: o.exitCode, SHA256: o.digest, Size: o.size, Durable: o.durable, Signal: o.signal},
 	}
 	var ce *cancelError
 	if o.reason == api.ReasonCancelled && errors.As(context.Cause(c.ctx), &ce) {

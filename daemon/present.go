@@ -31,9 +31,10 @@ func (c *call) present(o *outcome) api.CallResult {
 	}
 	if o != nil {
 		res.OK, res.Reason, res.Truncated, res.ExitCode = o.ok, o.reason, o.truncated, o.exitCode
-		res.SHA256 = o.digest
+		res.SHA256, res.Durable = o.digest, o.durable
 		res.Bytes = int64(len(o.output))
-		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil) {
+		res.Signal = o.signal
+		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil || o.signal != "") {
 			setOutput(&res, o.output)
 			res.Stderr = validStderr(o.stderr)
 		}
@@ -132,7 +133,12 @@ func (e *streamEmitter) output(stream string, data []byte) {
 
 func (e *streamEmitter) result(res api.CallResult) {
 	if e.c.opaque() {
-		e.send(api.ResultEvent{Event: api.EventResult, CallResult: api.CallResult{CallID: res.CallID, Verdict: res.Verdict, Reason: res.Reason}})
+		// Not a ResultEvent: its CallResult would add ok, truncated,
+		// bytes and duration_ms to what an opaque denial shows.
+		e.send(struct {
+			Event string `json:"event"`
+			api.OpaqueDenial
+		}{api.EventResult, api.OpaqueDenial{CallID: res.CallID, Verdict: res.Verdict, Reason: res.Reason}})
 		return
 	}
 	res.Output, res.OutputB64 = nil, ""

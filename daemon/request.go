@@ -30,7 +30,7 @@ func (e *badRequest) Error() string { return e.msg }
 
 func badf(format string, a ...any) error { return &badRequest{fmt.Sprintf(format, a...)} }
 
-// decoded is a request after DESIGN §1 step 1: the envelope and the args,
+// decoded is a request after docs/design.md §1 step 1: the envelope and the args,
 // decoded strictly against the tool's operation. Nothing here touched the
 // filesystem or the clock: decodeCall is pure, so replay decodes a
 // recorded request exactly as the daemon did.

@@ -7,7 +7,7 @@ import (
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
-// resolve is DESIGN §1 step 3. It runs only for a call that could be
+// resolve is docs/design.md §1 step 3. It runs only for a call that could be
 // allowed: the tool exists, the principal may call it, the args are sound
 // and the path passes the lexical checks; then the path is resolved by the
 // kernel beneath each root it lies under.

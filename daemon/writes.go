@@ -10,14 +10,15 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/fileop"
+	"github.com/sluicehq/sluice/internal/foldname"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -46,7 +47,7 @@ func (c *call) resolveParent(root *securefs.Root, m authz.RootMatch, res *authz.
 	if err != nil {
 		return err
 	}
-	if strings.HasPrefix(pp.Name, fileop.TempPrefix) {
+	if foldname.HasPrefix(pp.Name, fileop.TempPrefix) {
 		// Another write's temp name: never a target.
 		pp.Close()
 		return fmt.Errorf("%q: %w", pp.Name, securefs.ErrInvalidPath)
@@ -92,11 +93,13 @@ func (c *call) commitCheck(cur fileop.Current) error {
 	if errors.Is(context.Cause(c.ctx), errCallCancelled) {
 		return errCancelledCall
 	}
-	return fileop.MatchIfMatch(c.ifMatch, cur)
+	return fileop.MatchIfMatchContext(c.ctx, c.ifMatch, cur)
 }
 
 func (c *call) commitOutcome(err error, op string) *outcome {
 	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &outcome{reason: c.endReason()}
 	case errors.Is(err, errStaleTask):
 		return &outcome{reason: api.ReasonTaskCancelled}
 	case errors.Is(err, errCancelledCall):
@@ -106,8 +109,29 @@ func (c *call) commitOutcome(err error, op string) *outcome {
 		// The file is not (any more) what the call required.
 		return &outcome{reason: api.ReasonPreconditionFailed}
 	}
-	c.d.log.Error(op+" failed", "err", err, "call_id", c.id)
-	return &outcome{reason: api.ReasonInternalError}
+	// Everything else by its errno, in one place: ENOSPC and EDQUOT are
+	// no_space (and nothing was left behind), EMFILE busy, ….
+	reason := errclass.Reason(err)
+	if reason == api.ReasonInternalError {
+		c.d.log.Error(op+" failed", "err", err, "call_id", c.id)
+	} else {
+		c.d.log.Warn(op+" failed", "err", err, "reason", reason, "call_id", c.id)
+	}
+	return &outcome{reason: reason}
+}
+
+// committed is the outcome of a write or delete that took effect: err is
+// nil (durable) or wraps fileop.ErrNotDurable (the directory fsync after
+// the commit failed). Either way the result says what happened, with its
+// digest and size, and durable says whether it survives a crash.
+func (c *call) committed(err error, op, digest string, size int64) *outcome {
+	durable := err == nil
+	o := &outcome{ok: true, reason: api.ReasonAllowed, digest: digest, size: size, durable: &durable}
+	if !durable {
+		c.d.log.Error(op+" committed but not durable", "err", err, "call_id", c.id)
+		o.reason = api.ReasonNotDurable
+	}
+	return o
 }
 
 func execWrite(c *call, _ func(string, []byte)) *outcome {
@@ -135,11 +159,12 @@ func execWrite(c *call, _ func(string, []byte)) *outcome {
 		Check:      c.commitCheck,
 		OnTemp:     func(dir *fileop.Parent, name string) error { return c.d.temps.add(c.p, pr.rootPath, dir, name) },
 		OnTempDone: func(dir *fileop.Parent, name string) { c.d.temps.done(pr.rootPath, dir, name) },
+		MinFree:    c.d.cfg.MinFree,
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, fileop.ErrNotDurable) {
 		return c.commitOutcome(err, "write")
 	}
-	return &outcome{ok: true, reason: api.ReasonAllowed, digest: res.SHA256, size: res.Bytes}
+	return c.committed(err, "write", res.SHA256, res.Bytes)
 }
 
 func execDelete(c *call, _ func(string, []byte)) *outcome {
@@ -149,11 +174,11 @@ func execDelete(c *call, _ func(string, []byte)) *outcome {
 	}
 	unlock := c.d.locks.Lock(pr.p)
 	defer unlock()
-	res, err := fileop.Delete(pr.p, c.commitCheck)
-	if err != nil {
+	res, err := fileop.DeleteContext(c.ctx, pr.p, c.commitCheck)
+	if err != nil && !errors.Is(err, fileop.ErrNotDurable) {
 		return c.commitOutcome(err, "delete")
 	}
-	return &outcome{ok: true, reason: api.ReasonAllowed, digest: res.SHA256, size: res.Size}
+	return c.committed(err, "delete", res.SHA256, res.Size)
 }
 
 // tempJournal records, durably and before it exists, every temp name a

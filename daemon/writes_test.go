@@ -123,7 +123,7 @@ func leftTemps(t *testing.T, dir string) {
 // one commits.
 func TestConcurrentWritersOneWins(t *testing.T) {
 	fx, h := writeFixture(t)
-	os.WriteFile(filepath.Join(fx.Base, "workspace/src/shared.txt"), []byte("base"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/src/shared.txt"), []byte("base"), 0o644))
 	var wg sync.WaitGroup
 	var won, lost atomic.Int32
 	for i := 0; i < 16; i++ {
@@ -151,44 +151,85 @@ func TestConcurrentWritersOneWins(t *testing.T) {
 }
 
 // TestWriteParentSwapRace: the parent directory is swapped for a symlink
-// to outside in a loop while writes run; nothing ever lands outside.
+// to outside in a loop (RENAME_EXCHANGE) while writes run; nothing ever
+// lands outside. The race must really have run: every swap succeeded,
+// swaps happened during writes, and writes went both ways (some landed in
+// the real directory, some were refused because "target" was the link).
 func TestWriteParentSwapRace(t *testing.T) {
 	fx, h := writeFixture(t)
 	outside := filepath.Join(fx.Base, "outside")
-	os.MkdirAll(outside, 0o755)
+	testutil.Must(t, os.MkdirAll(outside, 0o755))
+	keep := filepath.Join(outside, "keep.txt")
+	testutil.Must(t, os.WriteFile(keep, []byte("keep me\n"), 0o644))
 	dir := filepath.Join(fx.Base, "workspace/src/target")
-	os.MkdirAll(dir, 0o755)
-	os.Symlink(outside, filepath.Join(fx.Base, "workspace/src/swap"))
+	testutil.Must(t, os.MkdirAll(dir, 0o755))
+	swap := filepath.Join(fx.Base, "workspace/src/swap")
+	testutil.Must(t, os.Symlink(outside, swap))
 	var stop atomic.Bool
-	done := make(chan struct{})
+	var swaps atomic.Int64
+	swapErr := make(chan error, 1)
 	go func() {
-		defer close(done)
+		defer close(swapErr)
 		for !stop.Load() {
-			unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, filepath.Join(fx.Base, "workspace/src/swap"), unix.RENAME_EXCHANGE)
+			if err := unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, swap, unix.RENAME_EXCHANGE); err != nil {
+				swapErr <- err
+				return
+			}
+			swaps.Add(1)
 		}
 	}()
-	landed, refused := 0, 0
+	landed, refused, overlapped := 0, 0, 0
+	reasons := map[api.Reason]int{}
 	for i := 0; i < 300; i++ {
+		before := swaps.Load()
 		res := h.write(map[string]any{"path": "workspace/src/target/f.txt", "content": "x"})
+		if swaps.Load() != before {
+			overlapped++
+		}
 		if res.OK {
 			landed++
 		} else {
 			refused++
+			reasons[res.Reason]++
+			if res.Reason != api.ReasonOutsideRoots && res.Reason != api.ReasonNotFound {
+				t.Errorf("write %d refused %s, want outside_roots (target was the link)", i, res.Reason)
+			}
 		}
 	}
 	stop.Store(true)
-	<-done
-	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+	if err := <-swapErr; err != nil {
+		t.Fatalf("swap: %v", err)
+	}
+	ents, err := os.ReadDir(outside)
+	testutil.Must(t, err)
+	if len(ents) != 1 || ents[0].Name() != "keep.txt" {
 		t.Fatalf("a write landed outside the root: %v", ents)
 	}
-	t.Logf("%d writes landed inside, %d refused", landed, refused)
+	if b, err := os.ReadFile(keep); err != nil || string(b) != "keep me\n" {
+		t.Fatalf("the outside file changed: %q %v", b, err)
+	}
+	t.Logf("%d swaps, %d writes overlapped a swap, %d landed inside, %d refused %v", swaps.Load(), overlapped, landed, refused, reasons)
+	if swaps.Load() == 0 || overlapped == 0 {
+		t.Fatalf("the race was not exercised: %d swaps, %d during a write", swaps.Load(), overlapped)
+	}
+	if landed == 0 || refused == 0 {
+		t.Fatalf("the race never went both ways: %d landed, %d refused", landed, refused)
+	}
+	// A landed write is in the real directory, whichever name it has now.
+	real := dir
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		real = swap
+	}
+	if b, err := os.ReadFile(filepath.Join(real, "f.txt")); err != nil || string(b) != "x" {
+		t.Fatalf("no landed write in the real directory: %q %v", b, err)
+	}
 	leftTemps(t, filepath.Join(fx.Base, "workspace/src"))
 }
 
 func TestDeletes(t *testing.T) {
 	fx, h := writeFixture(t)
 	src := filepath.Join(fx.Base, "workspace/src")
-	os.WriteFile(filepath.Join(src, "gone.txt"), []byte("bye"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "gone.txt"), []byte("bye"), 0o644))
 	del := func(args map[string]any) *api.CallResult { res, _ := h.call("delete_file", args); return res }
 
 	if res := del(map[string]any{"path": "workspace/src/gone.txt", "if_match": digest("nope")}); res.Reason != api.ReasonPreconditionFailed {

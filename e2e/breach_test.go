@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -26,36 +27,38 @@ import (
 func TestBreachClassesBlackBox(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
-	bin, _ := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	bin, err := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, err)
 	tests := filepath.Join(fx.Base, "workspace/tests")
 	src := filepath.Join(fx.Base, "workspace/src")
-	os.WriteFile(filepath.Join(tests, "probe"), bin, 0o755)
+	testutil.Must(t, os.WriteFile(filepath.Join(tests, "probe"), bin, 0o755))
 	m := writeFile(t, fx.Base, "breach.json", `{"schema_version":1,"tools":{
 	  "look":{"operation":"execute","mounts":["workspace/src","workspace/tests"],"cwd":"workspace/tests","pool":2,
 	    "never":[".env","*.pem","private/**"],
 	    "commands":[["sh","-c","cat ../src/.env ../src/conf/.env ../src/private/keys.txt ../src/x/y/z/w/v/k.pem 2>&1; ls -A ../src ../src/private ../src/x/y/z/w/v 2>&1; ./probe connect-unix ../src/agent.sock; ./probe write-fifo ../src/pipe; ./probe vsock; ./probe uevent; echo end"]]}}}`)
 	d := startDaemon(t, m)
-	deadline := time.Now().Add(30 * time.Second)
-	for sandbox.Containers(d.runDir) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool never filled\n%s", d.logs)
+	if err := testutil.Poll(30*time.Second, func() error {
+		if n := sandbox.Containers(d.runDir); n < 2 {
+			return fmt.Errorf("%d of 2 containers", n)
 		}
-		time.Sleep(10 * time.Millisecond) // polling up to the deadline
+		return nil
+	}); err != nil {
+		t.Fatalf("the pool never filled: %v\n%s", err, d.logs)
 	}
 	// After the pool filled: an editor's save of .env, a new .env in a
 	// new directory, private/ replaced by a copy, a key at depth 5, a
 	// socket a host service listens on, a FIFO a host process reads.
 	secret := func(p string) {
-		os.MkdirAll(filepath.Dir(p), 0o755)
+		testutil.Must(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		if err := os.WriteFile(p, []byte(escapetest.Secret+" "+p+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	secret(filepath.Join(src, ".env~"))
-	os.Rename(filepath.Join(src, ".env~"), filepath.Join(src, ".env"))
+	testutil.Must(t, os.Rename(filepath.Join(src, ".env~"), filepath.Join(src, ".env")))
 	secret(filepath.Join(src, "conf/.env"))
-	os.Rename(filepath.Join(src, "private"), filepath.Join(src, "private.bak"))
+	testutil.Must(t, os.Rename(filepath.Join(src, "private"), filepath.Join(src, "private.bak")))
 	if out, err := exec.Command("cp", "-a", filepath.Join(src, "private.bak"), filepath.Join(src, "private")).CombinedOutput(); err != nil {
 		t.Fatalf("cp -a: %v %s", err, out)
 	}
@@ -65,7 +68,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	os.Chmod(filepath.Join(src, "agent.sock"), 0o777)
+	testutil.Must(t, os.Chmod(filepath.Join(src, "agent.sock"), 0o777))
 	var accepted atomic.Int32
 	go func() {
 		for {
@@ -77,7 +80,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 			c.Close()
 		}
 	}()
-	unix.Mkfifo(filepath.Join(src, "pipe"), 0o666)
+	testutil.Must(t, unix.Mkfifo(filepath.Join(src, "pipe"), 0o666))
 	rfd, err := unix.Open(filepath.Join(src, "pipe"), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +118,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 	}
 
 	// Nested mounts never load.
-	os.WriteFile(filepath.Join(fx.Base, "workspace/cfg.txt"), []byte("x"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/cfg.txt"), []byte("x"), 0o644))
 	bad := writeFile(t, fx.Base, "nested.json", `{"schema_version":1,"tools":{"t":{"operation":"execute","commands":[["true"]],"mounts":["workspace","workspace/cfg.txt"]}}}`)
 	dir := t.TempDir()
 	cmd := exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", bad, "--socket", filepath.Join(dir, "s"), "--state-dir", dir, "--run-dir", filepath.Join(dir, "run"))

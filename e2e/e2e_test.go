@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,20 +115,20 @@ func (d *daemon) start() {
 	d.exited = make(chan error, 1)
 	go func() { d.exited <- d.cmd.Wait() }()
 	d.c = client.New(d.socket)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := d.c.Health(context.Background()); err == nil {
-			return
-		}
+	exited := false
+	err := testutil.Poll(10*time.Second, func() error {
 		select {
 		case err := <-d.exited:
-			d.t.Fatalf("sluiced exited: %v\n%s", err, d.logs)
+			exited = true
+			d.t.Errorf("sluiced exited: %v", err)
+			return nil // no use waiting longer
 		default:
 		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("sluiced not ready\n%s", d.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
+		_, err := d.c.Health(context.Background())
+		return err
+	})
+	if exited || err != nil {
+		d.t.Fatalf("sluiced not ready: %v\n%s", err, d.logs)
 	}
 }
 
@@ -250,27 +252,35 @@ func TestSymlinkSwapRace(t *testing.T) {
 	fx := escapetest.Build(t)
 	d := startDaemon(t, fx.Manifest)
 	src := filepath.Join(fx.Base, "workspace/src")
-	os.WriteFile(filepath.Join(src, "inside.txt"), []byte("inside\n"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "inside.txt"), []byte("inside\n"), 0o644))
 	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
+	var swapper, wg sync.WaitGroup
+	var swaps atomic.Int64
+	var swapErr error // the swapper's first error, read after swapper.Wait
+	swapper.Add(1)
 	go func() {
-		defer wg.Done()
+		defer swapper.Done()
 		for i := 0; !stop.Load(); i++ {
 			tmp := filepath.Join(src, "race.new")
-			os.Remove(tmp)
-			target := "inside.txt"
+			target, dir := "inside.txt", "."
 			if i%2 == 0 {
-				target = "../../secret.txt"
+				target, dir = "../../secret.txt", "../.."
 			}
-			os.Symlink(target, tmp)
-			os.Rename(tmp, filepath.Join(src, "race"))
-			os.Remove(filepath.Join(src, "d"))
-			if i%2 == 0 {
-				os.Symlink("../..", filepath.Join(src, "d"))
-			} else {
-				os.Symlink(".", filepath.Join(src, "d"))
+			// race.new was renamed away and d may not exist yet: only
+			// their absence may make a remove fail.
+			if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				swapErr = err
+				return
 			}
+			if err := os.Remove(filepath.Join(src, "d")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				swapErr = err
+				return
+			}
+			if swapErr = errors.Join(os.Symlink(target, tmp), os.Rename(tmp, filepath.Join(src, "race")),
+				os.Symlink(dir, filepath.Join(src, "d"))); swapErr != nil {
+				return
+			}
+			swaps.Add(1)
 		}
 	}()
 	var calls, inside atomic.Int64
@@ -300,10 +310,16 @@ func TestSymlinkSwapRace(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(time.Until(deadline))
+	wg.Wait() // the callers stop at the deadline
 	stop.Store(true)
-	wg.Wait()
-	t.Logf("%d calls under a swap race, %d read the inside file, none outside", calls.Load(), inside.Load())
+	swapper.Wait()
+	if swapErr != nil {
+		t.Fatalf("swap: %v", swapErr)
+	}
+	t.Logf("%d swaps, %d calls under a swap race, %d read the inside file, none outside", swaps.Load(), calls.Load(), inside.Load())
+	if swaps.Load() == 0 {
+		t.Fatal("no swap completed: the race proved nothing")
+	}
 	if inside.Load() == 0 {
 		t.Fatal("no call read the inside file: the race proved nothing")
 	}
@@ -348,7 +364,8 @@ func TestCLI(t *testing.T) {
 	}
 	// Tamper with a copy (the managed daemon's ledger is live): the last
 	// decision's verdict, which verify must catch at that record's seq.
-	b, _ := os.ReadFile(d.ledger())
+	b, err := os.ReadFile(d.ledger())
+	testutil.Must(t, err)
 	lines := bytes.SplitAfter(b, []byte("\n"))
 	seq := -1
 	for i := len(lines) - 1; i >= 0 && seq < 0; i-- {
@@ -377,32 +394,32 @@ func TestSignals(t *testing.T) {
 	ctx := context.Background()
 	before, _ := d.c.Health(ctx)
 	// SIGHUP with an invalid manifest: refused, old one kept, still serving.
-	orig, _ := os.ReadFile(fx.Manifest)
-	os.WriteFile(fx.Manifest, []byte(`{"schema_version":1,"tools":{}}`), 0o644)
+	orig, err := os.ReadFile(fx.Manifest)
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(fx.Manifest, []byte(`{"schema_version":1,"tools":{}}`), 0o644))
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.logs.String(), "reload refused") { // the refusal is the event
-		if time.Now().After(deadline) {
-			t.Fatalf("refusal not logged: %s", d.logs)
+	if err := testutil.Poll(10*time.Second, func() error { // the refusal is the event
+		if !strings.Contains(d.logs.String(), "reload refused") {
+			return errors.New("no refusal logged")
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("refusal not logged: %s", d.logs)
 	}
 	if h, err := d.c.Health(ctx); err != nil || h.PolicyVersion != before.PolicyVersion {
 		t.Fatalf("after bad SIGHUP: %v %v", h, err)
 	}
 	// SIGHUP with a valid change.
-	os.WriteFile(fx.Manifest, bytes.Replace(orig, []byte("4096"), []byte("1024"), 1), 0o644)
+	testutil.Must(t, os.WriteFile(fx.Manifest, bytes.Replace(orig, []byte("4096"), []byte("1024"), 1), 0o644))
 	d.cmd.Process.Signal(syscall.SIGHUP)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		h, _ := d.c.Health(ctx)
-		if h != nil && h.PolicyVersion != before.PolicyVersion {
-			break
+	if err := testutil.Poll(10*time.Second, func() error {
+		h, err := d.c.Health(ctx)
+		if err == nil && h.PolicyVersion == before.PolicyVersion {
+			err = errors.New("policy version unchanged")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("SIGHUP did not reload")
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatalf("SIGHUP did not reload: %v", err)
 	}
 	// SIGTERM: clean exit, socket gone, ledger intact.
 	d.c.Close()
@@ -430,7 +447,8 @@ func TestCrashRecovery(t *testing.T) {
 	d.cmd.Process.Kill()
 	<-d.exited
 	d.cmd = nil
-	f, _ := os.OpenFile(d.ledger(), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(d.ledger(), os.O_WRONLY|os.O_APPEND, 0)
+	testutil.Must(t, err)
 	f.WriteString(`{"args":{"path":"workspace/src/a.py"},"call_id":"c-torn","ki`)
 	f.Close()
 	d.start() // the stale socket is taken over
@@ -442,7 +460,8 @@ func TestCrashRecovery(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("after recovery: %s", out)
 	}
-	b, _ := os.ReadFile(d.ledger())
+	b, err := os.ReadFile(d.ledger())
+	testutil.Must(t, err)
 	if !bytes.Contains(b, []byte(`"kind":"recovered"`)) || bytes.Contains(b, []byte("c-torn")) {
 		t.Fatal("torn record not cut and recorded")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,9 +21,10 @@ import (
 
 func execManifest(t *testing.T) (*escapetest.Fixture, string) {
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
-	bin, _ := os.ReadFile(testutil.Probe(t))
-	os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	bin, err := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755))
 	m := writeFile(t, fx.Base, "exec.json", `{"schema_version":1,"tools":{
 	  "probe":{"operation":"execute","mounts":["workspace/src","workspace/tests"],"cwd":"workspace/tests",
 	    "never":[".env","*.pem","private/**"],
@@ -101,12 +103,13 @@ func TestExecuteCrashRecovery(t *testing.T) {
 	// Killed while the sleeper's own command runs: its allowed decision
 	// is in the ledger and its "sleep 600" is a live process in the run
 	// dir's cgroups (the probe tool's pooled helpers do not count).
-	deadline := time.Now().Add(20 * time.Second)
-	for !(sleeperDecided(d) && sleeperRunning(d.runDir)) {
-		if time.Now().After(deadline) {
-			t.Fatal("the sleeper never started")
+	if err := testutil.Poll(20*time.Second, func() error {
+		if !(sleeperDecided(d) && sleeperRunning(d.runDir)) {
+			return errors.New("not decided and running yet")
 		}
-		time.Sleep(20 * time.Millisecond) // polling a condition, up to the deadline
+		return nil
+	}); err != nil {
+		t.Fatal("the sleeper never started")
 	}
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.exited
@@ -167,9 +170,10 @@ func sleeperRunning(runDir string) bool {
 func TestExecuteLimitsBlackBox(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
-	bin, _ := os.ReadFile(testutil.Probe(t))
-	os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	bin, err := os.ReadFile(testutil.Probe(t))
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/tests/probe"), bin, 0o755))
 	port, accepted := testutil.Listener(t)
 	tool := func(argv []string, extra string) string {
 		b, _ := json.Marshal(argv)

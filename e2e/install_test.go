@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // install runs scripts/install.sh with DESTDIR=dest and returns its output.
@@ -107,13 +108,16 @@ func TestInstallScript(t *testing.T) {
 		t.Fatalf("installed tree:\n%s\n\nwant:\n%s\n\noutput:\n%s", describe(got), describe(want), out)
 	}
 	for _, b := range []string{"sluiced", "sluice", "sluice-helper"} {
-		a, _ := os.ReadFile(filepath.Join(binDir, b))
-		i, _ := os.ReadFile(filepath.Join(dest, "usr/local/bin", b))
+		a, err := os.ReadFile(filepath.Join(binDir, b))
+		testutil.Must(t, err)
+		i, err := os.ReadFile(filepath.Join(dest, "usr/local/bin", b))
+		testutil.Must(t, err)
 		if !bytes.Equal(a, i) {
 			t.Errorf("installed %s differs from %s", b, filepath.Join(binDir, b))
 		}
 	}
-	unit, _ := os.ReadFile(filepath.Join(dest, "etc/systemd/system/sluiced.service"))
+	unit, err := os.ReadFile(filepath.Join(dest, "etc/systemd/system/sluiced.service"))
+	testutil.Must(t, err)
 	if !bytes.Contains(unit, []byte("\nExecStart=/usr/local/bin/sluiced --manifest /etc/sluice/manifest.json")) {
 		t.Errorf("installed unit's ExecStart:\n%s", unit)
 	}
@@ -139,7 +143,7 @@ func TestInstallScript(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dest, "etc/sluice/manifest.json"), edited, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(filepath.Join(dest, "etc/sluice/manifest.json"), 0o600) // the admin's mode is kept too
+	testutil.Must(t, os.Chmod(filepath.Join(dest, "etc/sluice/manifest.json"), 0o600)) // the admin's mode is kept too
 	out = install(t, dest)
 	want["/etc/sluice/manifest.json"] = 0o600
 	if again := tree(t, dest); describe(again) != describe(want) {
@@ -168,7 +172,8 @@ func TestInstallScript(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(pdest, "opt/sluice/bin/sluiced")); err != nil {
 		t.Error(err)
 	}
-	unit, _ = os.ReadFile(filepath.Join(pdest, "etc/systemd/system/sluiced.service"))
+	unit, err = os.ReadFile(filepath.Join(pdest, "etc/systemd/system/sluiced.service"))
+	testutil.Must(t, err)
 	if !bytes.Contains(unit, []byte("\nExecStart=/opt/sluice/bin/sluiced ")) || bytes.Contains(unit, []byte("/usr/local/")) {
 		t.Errorf("--prefix unit:\n%s", unit)
 	}

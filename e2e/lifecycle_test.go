@@ -24,20 +24,20 @@ import (
 func agentCLI(t *testing.T, socket string, args ...string) *exec.Cmd {
 	t.Helper()
 	dir := t.TempDir()
-	os.Chmod(dir, 0o755)
-	os.Chmod(filepath.Dir(dir), 0o755) // the test's temp root is 0700
+	testutil.Must(t, os.Chmod(dir, 0o755))
+	testutil.Must(t, os.Chmod(filepath.Dir(dir), 0o755)) // the test's temp root is 0700
 	b, err := os.ReadFile(filepath.Join(binDir, "sluice"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "sluice")
-	os.WriteFile(bin, b, 0o755)
+	testutil.Must(t, os.WriteFile(bin, b, 0o755))
 	cmd := exec.Command(bin, args...)
 	cmd.Env = []string{"SLUICE_SOCKET=" + socket, "PATH=/usr/bin:/bin"}
 	cred := &syscall.Credential{Uid: 65534, Gid: 65534}
 	if managed != nil {
 		// The service's socket is root:sluice 0660: an agent's user is a
-		// member of group sluice (README "Install as a service").
+		// member of group sluice (docs/operating.md, "Install as a service").
 		g, err := user.LookupGroup("sluice")
 		if err != nil {
 			t.Fatalf("the managed daemon's socket group: %v", err)
@@ -56,9 +56,9 @@ func openSocket(t *testing.T, d *daemon) {
 	if d.managed != nil {
 		return
 	}
-	os.Chmod(filepath.Dir(d.socket), 0o755)
-	os.Chmod(filepath.Dir(filepath.Dir(d.socket)), 0o755)
-	os.Chmod(d.socket, 0o666) // the test's own socket: let uid 65534 in
+	testutil.Must(t, os.Chmod(filepath.Dir(d.socket), 0o755))
+	testutil.Must(t, os.Chmod(filepath.Dir(filepath.Dir(d.socket)), 0o755))
+	testutil.Must(t, os.Chmod(d.socket, 0o666)) // the test's own socket: let uid 65534 in
 }
 
 // TestApprovalAndCancelThroughCLI: an agent's call waits, an operator
@@ -66,7 +66,7 @@ func openSocket(t *testing.T, d *daemon) {
 func TestApprovalAndCancelThroughCLI(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
-	os.Chmod(fx.Base, 0o755)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	m := writeFile(t, fx.Base, "approve.json", `{"schema_version":1,
 	  "principals":{"agent":{"uids":[65534],"tools":["*"]},"ops":{"uids":[0],"approver":true,"tools":[]}},
 	  "tools":{"ask":{"operation":"read","roots":["workspace/src"],"approval":"human"},
@@ -155,7 +155,7 @@ func TestWriteKilledMidway(t *testing.T) {
 	for _, c := range []string{"A", "B", "C", "D"} {
 		versions[strings.Repeat(c, 700<<10)] = true
 	}
-	os.WriteFile(target, []byte(strings.Repeat("A", 700<<10)), 0o644)
+	testutil.Must(t, os.WriteFile(target, []byte(strings.Repeat("A", 700<<10)), 0o644))
 	d := startOwnDaemon(t, m)
 	results := make(chan error, 64)
 	go func() {
@@ -181,11 +181,13 @@ func TestWriteKilledMidway(t *testing.T) {
 	<-results // the write in flight fails with the daemon
 	d.start()
 	d.stop()
-	b, _ := os.ReadFile(target)
+	b, err := os.ReadFile(target)
+	testutil.Must(t, err)
 	if !versions[string(b)] {
 		t.Fatalf("the file is torn: %d bytes, starting %q", len(b), b[:min(8, len(b))])
 	}
-	ents, _ := os.ReadDir(filepath.Dir(target))
+	ents, err := os.ReadDir(filepath.Dir(target))
+	testutil.Must(t, err)
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), ".sluice-tmp-") {
 			t.Fatalf("a temp file survived the restart: %s", e.Name())
@@ -210,7 +212,8 @@ func TestReplay(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "would change: 0 allow→deny, 0 deny→allow") || !strings.Contains(out, " 0 would change") {
 		t.Fatalf("same manifest: %d %s %s", code, out, errOut)
 	}
-	raw, _ := os.ReadFile(fx.Manifest)
+	raw, err := os.ReadFile(fx.Manifest)
+	testutil.Must(t, err)
 	strict := strings.Replace(string(raw), `"never": [`, `"never": ["sub/**", `, 1)
 	if strict == string(raw) {
 		t.Fatal("the fixture manifest has no never list to tighten")
@@ -220,7 +223,8 @@ func TestReplay(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "1 allow→deny") || !strings.Contains(out, "workspace/src/sub/b.txt") || !strings.Contains(out, "never_listed") {
 		t.Fatalf("stricter manifest: %d %s %s", code, out, errOut)
 	}
-	b, _ := os.ReadFile(d.ledger())
+	b, err := os.ReadFile(d.ledger())
+	testutil.Must(t, err)
 	tampered := writeFile(t, t.TempDir(), "audit.jsonl", strings.Replace(string(b), "workspace/src/a.py", "workspace/src/b.py", 1))
 	if out, _, code := sluice(t, "", "replay", "--manifest", fx.Manifest, tampered); code != 1 || !strings.Contains(out, "BROKEN") {
 		t.Fatalf("tampered: %d %s", code, out)

@@ -104,7 +104,9 @@ func setupManaged() (*managedDaemon, error) {
 	if md.idleDir, err = os.MkdirTemp("", "sluice-e2e-idle"); err != nil {
 		return nil, err
 	}
-	os.Mkdir(filepath.Join(md.idleDir, "empty"), 0o755)
+	if err := os.Mkdir(filepath.Join(md.idleDir, "empty"), 0o755); err != nil {
+		return nil, err
+	}
 	md.idle, _ = json.Marshal(map[string]any{"schema_version": 1, "base": md.idleDir,
 		"tools": map[string]any{"idle": map[string]any{"operation": "read", "roots": []string{"empty"}}}})
 	if err := md.load(md.idle); err != nil {

@@ -129,7 +129,8 @@ func TestSocketActivation(t *testing.T) {
 	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
 		t.Errorf("the activated socket file went with the daemon (systemd owns it): %v", err)
 	}
-	led, _ := os.ReadFile(filepath.Join(dir, "state", "audit.jsonl"))
+	led, err := os.ReadFile(filepath.Join(dir, "state", "audit.jsonl"))
+	testutil.Must(t, err)
 	if want := fmt.Sprintf(`"pid":%d,"uid":0`, os.Getpid()); !bytes.Contains(led, []byte(want)) {
 		t.Errorf("the ledger lacks the kernel-attested principal %s", want)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 const base = `{"schema_version":1,
@@ -143,11 +144,13 @@ func TestLooserManifestFlipsDenyToAllow(t *testing.T) {
 
 func TestTamperedLedgerIsRefused(t *testing.T) {
 	led := ledger(t, calls)
-	b, _ := os.ReadFile(led)
-	os.WriteFile(led, bytes.Replace(b, []byte("ws/tests/t.py"), []byte("ws/tests/x.py"), 1), 0o600)
-	f, _ := os.Open(led)
+	b, err := os.ReadFile(led)
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(led, bytes.Replace(b, []byte("ws/tests/t.py"), []byte("ws/tests/x.py"), 1), 0o600))
+	f, err := os.Open(led)
+	testutil.Must(t, err)
 	defer f.Close()
-	_, err := Run(manifest(t, base), f)
+	_, err = Run(manifest(t, base), f)
 	var ve *audit.VerifyError
 	if !errors.As(err, &ve) || ve.Seq != 2 {
 		t.Fatalf("tampered ledger: %v", err)

@@ -186,7 +186,7 @@ func TestSetupCgroupsMoves(t *testing.T) {
 
 	// Another process in the service's own cgroup: move back, no delegation.
 	moveTo(svc)
-	os.Remove(filepath.Join(root, svc, daemonLeaf))
+	testutil.Must(t, os.Remove(filepath.Join(root, svc, daemonLeaf)))
 	other := exec.Command("sleep", "60")
 	if err := other.Start(); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -30,18 +31,18 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	base := t.TempDir()
-	os.Chmod(base, 0o755)
+	testutil.Must(t, os.Chmod(base, 0o755))
 	f := &fixture{ws: filepath.Join(base, "ws"), secretDir: filepath.Join(base, "secret")}
-	os.MkdirAll(f.ws, 0o755)
-	os.MkdirAll(f.secretDir, 0o755)
-	os.WriteFile(filepath.Join(f.secretDir, "key"), []byte("SLUICE-SECRET-HOST\n"), 0o644)
-	os.WriteFile(filepath.Join(f.ws, "data.txt"), []byte("workspace data\n"), 0o644)
+	testutil.Must(t, os.MkdirAll(f.ws, 0o755))
+	testutil.Must(t, os.MkdirAll(f.secretDir, 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(f.secretDir, "key"), []byte("SLUICE-SECRET-HOST\n"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(f.ws, "data.txt"), []byte("workspace data\n"), 0o644))
 	b, err := os.ReadFile(testutil.Probe(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.probe = filepath.Join(f.ws, "probe")
-	os.WriteFile(f.probe, b, 0o755)
+	testutil.Must(t, os.WriteFile(f.probe, b, 0o755))
 	fd, err := unix.Open(f.ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -217,12 +218,8 @@ func TestContainerIdentities(t *testing.T) {
 	f := newFixture(t)
 	p := NewPool(r, f.spec(t), 3, r.log)
 	defer p.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for p.Ready() < 3 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // polling the pool's fill, up to the deadline
-	}
-	if p.Ready() != 3 {
-		t.Fatal("pool did not fill")
+	if err := testutil.Poll(20*time.Second, poolFull(p, 3)); err != nil {
+		t.Fatal(err)
 	}
 	var boxes []*Box
 	for range 2 {
@@ -469,15 +466,20 @@ func TestMountSourceSwapRace(t *testing.T) {
 	moved := f.ws + ".moved"
 	var stop atomic.Bool
 	var wg sync.WaitGroup
+	var swaps atomic.Int64
+	var swapErr error // the swapper's first error, read after wg.Wait
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for !stop.Load() {
-			os.Rename(f.ws, moved)
-			os.Symlink(f.secretDir, f.ws)
+			if swapErr = errors.Join(os.Rename(f.ws, moved), os.Symlink(f.secretDir, f.ws)); swapErr != nil {
+				return
+			}
 			time.Sleep(time.Millisecond) // pacing the swap loop, not waiting for an event
-			os.Remove(f.ws)
-			os.Rename(moved, f.ws)
+			if swapErr = errors.Join(os.Remove(f.ws), os.Rename(moved, f.ws)); swapErr != nil {
+				return
+			}
+			swaps.Add(1)
 		}
 	}()
 	ran := 0
@@ -502,6 +504,13 @@ func TestMountSourceSwapRace(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+	if swapErr != nil {
+		t.Fatalf("swap: %v", swapErr)
+	}
+	if swaps.Load() == 0 {
+		t.Fatal("no swap completed while containers were created")
+	}
+	t.Logf("%d swaps, %d of 10 containers ran", swaps.Load(), ran)
 	// The source is an fd, so the swap cannot make creation fail; demand
 	// that most runs really looked, or this test tested nothing.
 	if ran < 8 {
@@ -519,20 +528,18 @@ func TestPool(t *testing.T) {
 	if !p.WaitWarm(wctx) || p.Ready() < 1 {
 		t.Fatal("pool not warm within 10 s")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Ready() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if p.Ready() != 2 {
-		t.Fatal("pool did not fill")
+	if err := testutil.Poll(10*time.Second, poolFull(p, 2)); err != nil {
+		t.Fatal(err)
 	}
 	seen := map[string]bool{}
 	for i := 0; i < 4; i++ {
-		b := p.Get()
-		for b == nil && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			b = p.Get()
-		}
+		var b *Box
+		testutil.Poll(10*time.Second, func() error { // a refill takes a moment
+			if b = p.Get(); b == nil {
+				return errors.New("no box ready")
+			}
+			return nil
+		})
 		if b == nil || seen[b.ID] {
 			t.Fatal("no box, or a box handed out twice")
 		}
@@ -602,10 +609,10 @@ func TestSweep(t *testing.T) {
 func TestRemoveTreeRefusesMounts(t *testing.T) {
 	testutil.RequireRoot(t)
 	victim := t.TempDir()
-	os.WriteFile(filepath.Join(victim, "precious"), []byte("x"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(victim, "precious"), []byte("x"), 0o644))
 	tree := t.TempDir()
 	mp := filepath.Join(tree, "a", "b")
-	os.MkdirAll(mp, 0o755)
+	testutil.Must(t, os.MkdirAll(mp, 0o755))
 	if err := unix.Mount(victim, mp, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -662,5 +669,15 @@ func TestCreateFailuresLeaveNothing(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Fatalf("warnings while cleaning up: %s", logs.String())
+	}
+}
+
+// poolFull is a testutil.Poll condition: p has n boxes ready.
+func poolFull(p *Pool, n int) func() error {
+	return func() error {
+		if r := p.Ready(); r != n {
+			return fmt.Errorf("pool has %d of %d boxes ready", r, n)
+		}
+		return nil
 	}
 }

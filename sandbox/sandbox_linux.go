@@ -19,16 +19,18 @@ import (
 	"time"
 
 	"github.com/opencontainers/cgroups"
-	_ "github.com/opencontainers/cgroups/devices" // device rules on cgroup v1 (DESIGN §7)
+	_ "github.com/opencontainers/cgroups/devices" // device rules on cgroup v1 (docs/sandbox.md)
 	devices "github.com/opencontainers/cgroups/devices/config"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/fsview"
 )
 
-// Defaults from DESIGN §7.
+// Defaults from docs/sandbox.md.
 const (
 	DefaultPath     = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	helperInside    = "/.sluice/helper"
@@ -44,6 +46,10 @@ type Limits struct {
 	CPUs        float64 // 0: no CPU limit
 	Timeout     time.Duration
 	TmpBytes    int64
+	// OpenFiles is the files one container may hold open through its
+	// view (max_open_files; 0: fsview.DefaultMaxOpen). Its processes get
+	// RLIMIT_NOFILE a little above it: see nofileLimit.
+	OpenFiles int64
 }
 
 // Mount is a read-only bind into the container: File is an O_PATH fd of
@@ -62,6 +68,9 @@ type Spec struct {
 	Env     []string // the whole environment: nothing is inherited
 	Limits  Limits
 	Seccomp *configs.Seccomp
+	// View, when set, is the tool's view that Mounts come from: each
+	// container's uid is admitted to it while the container lives.
+	View *View
 	// No uid or gid: the Runner gives each container its own (see
 	// IDRange), so no Spec can run one as root or as a host account.
 }
@@ -147,8 +156,14 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 			return nil, err
 		}
 	}
-	if err := os.Chmod(r.rootfsDir(), 0o711); err != nil { // the containers' uids must traverse it
-		return nil, err
+	// Run dir and rootfs area stay 0700: containers reach their rootfs
+	// through mounts root set up, never by a host path, and no local
+	// user may reach a view's mount point (its path is in everyone's
+	// mountinfo).
+	for _, d := range []string{dir, r.rootfsDir()} {
+		if err := os.Chmod(d, 0o700); err != nil {
+			return nil, err
+		}
 	}
 	// The rootfs area is ours: found mounted (a crashed run left it) or
 	// mounted now, it is unmounted on Close.
@@ -156,7 +171,6 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 		return nil, err
 	}
 	r.ownsRootfsMount = true
-	os.Chmod(dir, 0o711)
 	// /etc dirs of an earlier run may hold an older loader cache: drop
 	// them, and the shared etc/ of earlier versions.
 	if err := r.removeEtcDirs(nil); err != nil {
@@ -304,6 +318,7 @@ type Box struct {
 	stderr  *os.File
 	rootfs  string
 	uid     uint32 // and gid; held from the runner's range until Destroy
+	view    *View  // admits uid until Destroy
 	limits  Limits
 	runner  *Runner
 	cgroups map[string]string // controller -> path, read once at creation
@@ -344,6 +359,11 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	// removed, the uid is given back (by Destroy, once a box exists).
 	// removeTree refuses to cross a mount, so the order matters.
 	var b *Box
+	if spec.View != nil {
+		// Before anything runs as uid: the init's chdir and the
+		// helper's first lookups come through the view.
+		spec.View.admit(uid)
+	}
 	defer func() {
 		if retErr != nil {
 			if b != nil {
@@ -351,6 +371,9 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 			}
 			removeTree(rootfs)
 			if b == nil {
+				if spec.View != nil {
+					spec.View.revoke(uid)
+				}
 				r.ids.give(uid)
 			}
 		}
@@ -373,7 +396,7 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	b = &Box{ID: id, c: c, rootfs: rootfs, uid: uid, limits: spec.Limits, runner: r}
+	b = &Box{ID: id, c: c, rootfs: rootfs, uid: uid, limits: spec.Limits, runner: r, view: spec.View}
 	var inR, outW, errW *os.File
 	if inR, b.stdin, err = os.Pipe(); err != nil {
 		return nil, err
@@ -467,6 +490,7 @@ func (r *Runner) config(spec *Spec, id, rootfs, etc string) *configs.Config {
 		rules = append(rules, &d.Rule)
 	}
 	res := &cgroups.Resources{Devices: rules}
+	nofile := nofileLimit(spec.Limits)
 	if l := spec.Limits.MemoryBytes; l > 0 {
 		res.Memory = l
 		res.MemorySwap = l // memory+swap == memory: no swap
@@ -498,7 +522,7 @@ func (r *Runner) config(spec *Spec, id, rootfs, etc string) *configs.Config {
 			"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/proc/interrupts", "/sys/firmware"},
 		ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		Rlimits: []configs.Rlimit{
-			{Type: unix.RLIMIT_NOFILE, Hard: 1024, Soft: 1024},
+			{Type: unix.RLIMIT_NOFILE, Hard: nofile, Soft: nofile},
 			{Type: unix.RLIMIT_CORE, Hard: 0, Soft: 0},
 		},
 		Seccomp:      spec.Seccomp,
@@ -508,6 +532,32 @@ func (r *Runner) config(spec *Spec, id, rootfs, etc string) *configs.Config {
 		// mount-source goroutine ends a locked one), which killed inits
 		// mid-start under load. A daemon crash is handled by Sweep.
 	}
+}
+
+// nofileSlack is how many fds a container's process may have beyond
+// what its view lets the whole container hold open: stdio, pipes,
+// sockets, and files of /usr, /etc and /tmp, none of which pin an fd of
+// sluiced's.
+const nofileSlack = 64
+
+// nofileLimit is a container's RLIMIT_NOFILE (soft and hard): the view's
+// cap plus nofileSlack, so a process learns EMFILE from its own limit
+// about where the view would refuse it. The limit is per process and the
+// view's cap per container, so the view's cap is what bounds sluiced.
+// It is never above sluiced's own hard limit: raising a hard limit takes
+// CAP_SYS_RESOURCE, which a daemon in a container may lack, and the init
+// would then fail to start.
+func nofileLimit(l Limits) uint64 {
+	n := l.OpenFiles
+	if n <= 0 {
+		n = fsview.DefaultMaxOpen
+	}
+	want := uint64(n) + nofileSlack
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Max < want {
+		return lim.Max
+	}
+	return want
 }
 
 // Result is what one command did.
@@ -719,6 +769,9 @@ func (b *Box) Destroy() {
 			b.runner.log.Warn("remove rootfs", "id", b.ID, "err", err)
 		}
 		if gone {
+			if b.view != nil {
+				b.view.revoke(b.uid) // nothing runs as uid: before it is handed out again
+			}
 			b.runner.ids.give(b.uid)
 		}
 	})

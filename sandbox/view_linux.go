@@ -35,9 +35,14 @@ type View struct {
 const ViewTimeout = time.Second
 
 // NewView mounts a view of mounts in the runner's private rootfs area.
-// hide(i, rel) says whether the entry at rel in mount i is hidden. The view
-// owns the sources' roots from here on, also on error.
-func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool) (*View, error) {
+// hide(i, rel) says whether the entry at rel in mount i is hidden;
+// maxOpen bounds the files one container holds open through it (0:
+// fsview.DefaultMaxOpen). The view answers only root and the uids of the
+// live containers made from a Spec that names it (Spec.View): Create
+// admits a box's uid before its init runs, Destroy revokes it before the
+// uid goes back to the range. The view owns the sources' roots from here
+// on, also on error.
+func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, maxOpen int) (*View, error) {
 	srcs := make([]fsview.Source, len(mounts))
 	for i, m := range mounts {
 		srcs[i] = m.Source
@@ -49,7 +54,7 @@ func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool) 
 		}
 		return nil, err
 	}
-	fv, err := fsview.Mount(dir, srcs, fsview.Options{Hide: hide, Timeout: ViewTimeout})
+	fv, err := fsview.Mount(dir, srcs, fsview.Options{Hide: hide, Timeout: ViewTimeout, MaxOpen: maxOpen})
 	if err != nil {
 		os.Remove(dir)
 		return nil, err
@@ -68,6 +73,10 @@ func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool) 
 	}
 	return v, nil
 }
+
+// admit lets uid (a container about to run) use the view; revoke ends it.
+func (v *View) admit(uid uint32)  { v.v.Admit(uid) }
+func (v *View) revoke(uid uint32) { v.v.Revoke(uid) }
 
 // Passthrough reports whether reads go straight to the backing files.
 func (v *View) Passthrough() bool { return v.v.Passthrough }

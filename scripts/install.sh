@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs sluice as a systemd service (DESIGN §10), or removes it.
+# Installs sluice as a systemd service (docs/operating.md), or removes it.
 #
 #   scripts/install.sh [--prefix DIR] [--bin DIR]   install or upgrade
 #   scripts/install.sh --uninstall [--prefix DIR]   remove binaries and units

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Work in progress (not yet a make target, not run by CI): sluice end to
 # end in a Debian 12 VM under a real systemd
-# (DESIGN §10). Builds (or takes from the cache) a local box, starts libvirt
+# (docs/operating.md). Builds (or takes from the cache) a local box, starts libvirt
 # inside a network namespace of its own, brings the VM up with Vagrant,
 # copies the source tree in (rsync), provisions and builds inside, runs
 # scripts/vm-inside.sh in the VM as root, and always destroys the VM and
@@ -18,7 +18,7 @@
 # namespace and nothing outside it can reach the VM. SLUICE_VM_NETNS=0 uses
 # a libvirtd already running on the host (its network, its rules) instead.
 #
-# Environment (see README "Running the VM e2e"):
+# Environment (see docs/testing.md, "Running the VM e2e"):
 #   SLUICE_VM_BOX      a box name to use instead of building one (e.g. debian/bookworm64; needs internet)
 #   SLUICE_VM_DRIVER   qemu (TCG, default) | kvm        SLUICE_VM_MEMORY (MiB, 3072)  SLUICE_VM_CPUS (2)
 #   SLUICE_VM_KEEP     1: leave the VM running at the end (then: scripts/vagrant-e2e.sh ssh | destroy)

@@ -59,7 +59,7 @@ jlog() { journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$(prop InvocationI
 # policy: the policy version sluiced serves now
 policy() { "$SLUICE" health | awk '$1 == "policy_version" { print $2 }'; }
 # agent CMD...: as uid 65534 (the example manifest's agent), a member of
-# group sluice, as an agent's user would be (README step 2).
+# group sluice, as an agent's user would be (docs/operating.md, "Install as a service", step 2).
 agent() { setpriv --reuid 65534 --regid 65534 --groups "$SLUICE_GID" "$@"; }
 
 [ "$(id -u)" = 0 ] || fail "run as root"
@@ -147,7 +147,7 @@ after=$(policy)
 echo "reloaded in place (pid $PID, $after)"
 lap "reload"
 
-step "upgrade and roll back (README \"Upgrade and rollback\")"
+step "upgrade and roll back (docs/operating.md \"Upgrade and rollback\")"
 # A "new release": the same binaries with bytes appended (an ELF runs as
 # before with trailing data), so install.sh sees them differ.
 rm -rf /tmp/newbin && mkdir /tmp/newbin && cp bin/sluiced bin/sluice bin/sluice-helper /tmp/newbin/

@@ -192,7 +192,7 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration) {
 	fmt.Printf("\nfind . | wc -l counts: binds %s, view %s (masks are still names in a bind; the view has no hidden names)\n", counts[0], counts[1])
 	fmt.Printf("cpu includes refilling the row's pool, and for the view serving its lookups.\n")
 
-	// The same table in Markdown, for README.md.
+	// The same table in Markdown, for docs/performance.md.
 	fmt.Printf("\n| row (ms) | binds p50 | binds p95 | view p50 | view p95 | view/binds p50 | view/binds p95 | sluiced CPU/call, binds | view |\n")
 	fmt.Printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range results {

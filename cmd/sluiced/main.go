@@ -31,7 +31,7 @@ Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--run-dir DIR]
                [--helper PATH] [--uid-range START-END] [--max-containers N]
                [--queue-timeout D] [--max-conns-per-uid N] [--shutdown-grace D]
                [--task-ttl D] [--warm-timeout D] [--metrics-listen ADDR]
-               [--log-level LEVEL]
+               [--min-free SIZE] [--log-level LEVEL]
 
 Serves HTTP/1.1 on a unix socket; the caller's identity is the socket's peer
 credentials. SIGHUP reloads the manifest (an invalid one is refused and the
@@ -73,6 +73,7 @@ Flags:
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (HOST:PORT, loopback only, e.g. 127.0.0.1:9464); off when empty")
 	fs.BoolVar(&cfg.InsecureMetricsAnyAddr, "insecure-metrics-any-addr", false, "allow --metrics-listen on a non-loopback address (the metrics are unauthenticated)")
 	cfg.UIDRange = sandbox.DefaultIDRange
+	fs.Var(&cfg.MinFree, "min-free", "free space a write must leave on its file system: bytes (`SIZE` like 512M, 2G), a percentage (5%) or 0 (off); the default is 5% or 1G, whichever is smaller; a write below it ends no_space before it starts")
 	fs.Var(&cfg.UIDRange, "uid-range", "containers run as host uids (gid = uid) from `START-END`, inclusive, decimal or 0x hex: one per live container, never a host account's")
 	level := fs.String("log-level", "info", "debug, info, warn or error (JSON logs on stderr)")
 	fs.Parse(os.Args[1:])

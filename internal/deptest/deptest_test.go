@@ -58,10 +58,10 @@ func forbidden(pkg, imp string) string {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix", "time":
 			return "authz is pure: no syscalls, no I/O, no clock"
 		}
-		if ours && local != "api" && local != "internal/strictjson" {
-			return "authz depends only on api and internal/strictjson"
+		if ours && local != "api" && local != "internal/strictjson" && local != "internal/foldname" {
+			return "authz depends only on api, internal/strictjson and internal/foldname"
 		}
-	case "internal/strictjson":
+	case "internal/strictjson", "internal/foldname":
 		switch imp {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix":
 			return pkg + " is pure: no syscalls, no I/O"
@@ -78,8 +78,8 @@ func forbidden(pkg, imp string) string {
 			return pkg + " is a leaf: it imports only api (for the one Kind type)"
 		}
 	case "internal/fileop":
-		if (ours && local != "internal/securefs" && local != "api") || (thirdParty && imp != "golang.org/x/sys/unix") {
-			return pkg + " is a leaf: securefs, golang.org/x/sys/unix and the standard library only"
+		if (ours && local != "internal/securefs" && local != "api" && local != "internal/foldname") || (thirdParty && imp != "golang.org/x/sys/unix") {
+			return pkg + " is a leaf: securefs, foldname, golang.org/x/sys/unix and the standard library only"
 		}
 	case "replay":
 		if ours && local != "api" && local != "audit" && local != "authz" {

@@ -1,8 +1,10 @@
 package fileop
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -18,7 +20,8 @@ type DeleteResult struct {
 	// Kind is securefs.KindFile or securefs.KindSymlink.
 	Kind api.Kind
 	// SHA256 is "sha256:<hex>" of the file's content or, for a symlink,
-	// of its target string (the link is removed, its target never read).
+	// of its target string (the link is removed, its target never read);
+	// empty for a file above MaxHashBytes, which is recorded by Size.
 	SHA256 string
 	// Size is the content's length, or the target string's.
 	Size int64
@@ -34,7 +37,17 @@ type DeleteResult struct {
 // Between the check and the unlink another process may replace the name:
 // Linux has no "unlink if still this inode". The daemon's own writers
 // cannot, holding Locks; unlinkat with flags 0 never removes a directory.
+//
+// An error from the directory fsync after the unlink wraps ErrNotDurable
+// and comes with the filled result: the name is gone.
 func Delete(p *Parent, check func(Current) error) (DeleteResult, error) {
+	return DeleteContext(context.Background(), p, check)
+}
+
+// DeleteContext is Delete hashing what it removes under ctx (it stops
+// with ctx's error, nothing removed, when ctx ends). A file above
+// MaxHashBytes is removed without a digest: its record has the size.
+func DeleteContext(ctx context.Context, p *Parent, check func(Current) error) (DeleteResult, error) {
 	defer runtime.KeepAlive(p)
 	if err := checkTarget(p.Name); err != nil {
 		return DeleteResult{}, fmt.Errorf("delete: %w", err)
@@ -48,11 +61,17 @@ func Delete(p *Parent, check func(Current) error) (DeleteResult, error) {
 	case KindAbsent:
 		return DeleteResult{}, fmt.Errorf("delete %q: %w", p.Name, securefs.ErrNotExist)
 	case securefs.KindFile:
-		sum, err := cur.SHA256()
-		if err != nil {
-			return DeleteResult{}, fmt.Errorf("delete: %w", err)
+		res = DeleteResult{Kind: cur.Kind, Size: cur.Size}
+		if cur.Size <= MaxHashBytes {
+			sum, err := cur.SHA256Context(ctx)
+			switch {
+			case errors.Is(err, ErrTooLarge): // it grew past the cap: size only
+			case err != nil:
+				return DeleteResult{}, fmt.Errorf("delete: %w", err)
+			default:
+				res.SHA256, res.Size = sum, cur.sum.n
+			}
 		}
-		res = DeleteResult{Kind: cur.Kind, SHA256: sum, Size: cur.sum.n}
 	case securefs.KindSymlink:
 		target, err := readlinkAt(p.fd(), p.Name)
 		if err != nil {
@@ -78,7 +97,7 @@ func Delete(p *Parent, check func(Current) error) (DeleteResult, error) {
 		return DeleteResult{}, fmt.Errorf("delete %q: %w", p.Name, err)
 	}
 	if err := p.syncDir(); err != nil {
-		return res, fmt.Errorf("delete %q: %w", p.Name, err)
+		return res, fmt.Errorf("delete %q: %w: %w", p.Name, ErrNotDurable, err)
 	}
 	return res, nil
 }

@@ -24,4 +24,12 @@
 // precondition cannot go stale. Temporary names are reported through
 // hooks so the daemon can journal them and sweep them with RemoveTemp
 // after a crash.
+//
+// Space is budgeted: a write that would leave its file system (fstatfs on
+// the parent's fd) below a Reserve is refused before a byte is written,
+// and ENOSPC or EDQUOT while writing removes the temporary inode; both
+// wrap ENOSPC/EDQUOT for internal/errclass. A change that committed but
+// whose directory fsync failed is ErrNotDurable, returned with the filled
+// result: the caller reports what happened. Hashing for if_match and for a
+// delete's record reads at most MaxHashBytes and stops with its context.
 package fileop

@@ -1,6 +1,7 @@
 package fileop
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -36,6 +37,15 @@ func ValidateIfMatch(ifMatch string) error {
 // Otherwise it returns ErrPrecondition (and ErrInvalidIfMatch for a
 // malformed value). A file that changed while being hashed fails it.
 func MatchIfMatch(ifMatch string, cur Current) error {
+	return MatchIfMatchContext(context.Background(), ifMatch, cur)
+}
+
+// MatchIfMatchContext is MatchIfMatch hashing under ctx: it returns ctx's
+// error when ctx ends mid-hash. A file above MaxHashBytes fails the
+// precondition (ErrPrecondition and ErrTooLarge) without being read: the
+// digest cannot be checked within the cap, and a check that cannot be made
+// must not pass.
+func MatchIfMatchContext(ctx context.Context, ifMatch string, cur Current) error {
 	if err := ValidateIfMatch(ifMatch); err != nil {
 		return err
 	}
@@ -50,8 +60,8 @@ func MatchIfMatch(ifMatch string, cur Current) error {
 	case cur.Kind != securefs.KindFile:
 		return fmt.Errorf("%w: want a regular file, have %s", ErrPrecondition, cur.kindOrAbsent())
 	}
-	sum, err := cur.SHA256()
-	if errors.Is(err, ErrChanged) {
+	sum, err := cur.SHA256Context(ctx)
+	if errors.Is(err, ErrChanged) || errors.Is(err, ErrTooLarge) {
 		return fmt.Errorf("%w: %w", ErrPrecondition, err)
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package fileop
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/foldname"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -41,7 +43,25 @@ var (
 	// ErrChanged: the name kept naming a different file while it was being
 	// read or committed (a concurrent writer outside the daemon).
 	ErrChanged = errors.New("file changed during the operation")
+	// ErrNotDurable: the change was committed (the name holds the new
+	// file, or is gone) but the directory fsync that makes it survive a
+	// crash failed. It comes with a filled result and wraps the fsync's
+	// errno: the caller reports what happened, not a failure.
+	ErrNotDurable = errors.New("committed, but not durable")
+	// ErrTooLarge: a file is above MaxHashBytes, the cap on what is hashed
+	// for if_match or for a delete's record.
+	ErrTooLarge = errors.New("file too large to hash")
 )
+
+// MaxHashBytes caps what one if_match check or one delete reads to hash a
+// file (64 MiB). Without it a huge or sparse file (a 1 TiB hole costs no
+// disk) would pin a core and the name's lock for as long as it takes to
+// hash: an if_match over a larger file fails as precondition_failed, a
+// delete of one records its size but no digest.
+const MaxHashBytes = 64 << 20
+
+// hashChunk is how much is hashed between two looks at the context.
+const hashChunk = 1 << 20
 
 // KindError says what non-regular file a name turned out to be.
 type KindError struct {
@@ -128,7 +148,7 @@ func checkTarget(name string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	if strings.HasPrefix(name, TempPrefix) {
+	if foldname.HasPrefix(name, TempPrefix) { // ".SLUICE-TMP-x" opens the temp on a case-insensitive disk
 		return fmt.Errorf("%w: %q uses the prefix reserved for temporary files (%w)", ErrBadName, name, securefs.ErrInvalidPath)
 	}
 	return nil
@@ -182,14 +202,23 @@ func (c Current) Exists() bool { return c.Kind != "" && c.Kind != KindAbsent }
 // file c describes (same device and inode: else ErrChanged), and only then
 // re-opened for reading through /proc/self/fd, so a FIFO or device swapped
 // in is never opened for I/O.
-func (c Current) SHA256() (string, error) {
+func (c Current) SHA256() (string, error) { return c.SHA256Context(context.Background()) }
+
+// SHA256Context is SHA256 bounded by MaxHashBytes (above it ErrTooLarge,
+// before anything is read when the size says so) that stops, with ctx's
+// error, when ctx ends: a client that goes away frees the core and the
+// name's lock.
+func (c Current) SHA256Context(ctx context.Context) (string, error) {
 	if c.Kind != securefs.KindFile {
 		return "", &KindError{Name: c.name, Kind: c.kindOrAbsent()}
 	}
 	if c.sum == nil {
 		return "", fmt.Errorf("sha256: %w", unix.EBADF)
 	}
-	c.sum.once.Do(c.sum.compute)
+	if c.Size > MaxHashBytes {
+		return "", fmt.Errorf("sha256 %q: %w: %d bytes, above the cap of %d", c.name, ErrTooLarge, c.Size, MaxHashBytes)
+	}
+	c.sum.once.Do(func() { c.sum.compute(ctx) })
 	return c.sum.val, c.sum.err
 }
 
@@ -209,13 +238,14 @@ type lazySum struct {
 	err      error
 }
 
-func (s *lazySum) compute() {
-	s.val, s.n, s.err = digestAt(s.p, s.p.Name, s.dev, s.ino)
+func (s *lazySum) compute(ctx context.Context) {
+	s.val, s.n, s.err = digestAt(ctx, s.p, s.p.Name, s.dev, s.ino)
 }
 
 // digestAt hashes the regular file name in p, which must be inode
-// (dev, ino).
-func digestAt(p *Parent, name string, dev, ino uint64) (string, int64, error) {
+// (dev, ino), reading at most MaxHashBytes and looking at ctx between
+// chunks.
+func digestAt(ctx context.Context, p *Parent, name string, dev, ino uint64) (string, int64, error) {
 	defer runtime.KeepAlive(p)
 	fd, err := unix.Openat(p.fd(), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err == unix.ENOENT {
@@ -239,12 +269,37 @@ func digestAt(p *Parent, name string, dev, ino uint64) (string, int64, error) {
 	}
 	f := os.NewFile(uintptr(rfd), name)
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, sum, err := hashBounded(ctx, f, MaxHashBytes)
 	if err != nil {
 		return "", 0, fmt.Errorf("sha256 %q: %w", name, err)
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
+	return sum, n, nil
+}
+
+// hashBounded hashes r to its end: at most limit bytes (more is
+// ErrTooLarge: the file grew past the cap), checking ctx before each
+// chunk.
+func hashBounded(ctx context.Context, r io.Reader, limit int64) (int64, string, error) {
+	h := sha256.New()
+	buf := make([]byte, hashChunk)
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, "", err
+		}
+		m, err := io.ReadFull(r, buf)
+		h.Write(buf[:m])
+		n += int64(m)
+		if n > limit {
+			return 0, "", fmt.Errorf("%w: more than %d bytes", ErrTooLarge, limit)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return n, "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+		}
+		if err != nil {
+			return 0, "", err
+		}
+	}
 }
 
 // Stat reads what the final name is now, without following it
@@ -297,6 +352,13 @@ func kindOf(mode uint32) api.Kind {
 
 func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
+// TestHookSyncDir, set by tests only (before the calls it is for, and reset
+// after), replaces fsync(2) on a directory: the seam through which tests
+// make the fsync after a commit fail with EIO and see that the result says
+// committed, not durable. The package is internal: only this module can
+// set it.
+var TestHookSyncDir func(fd int) error
+
 // syncDir fsyncs the parent directory, so that a link, rename or unlink in
 // it survives a crash. The O_PATH fd cannot be fsynced: it is re-opened
 // through /proc/self/fd, which names the same inode.
@@ -306,7 +368,11 @@ func (p *Parent) syncDir() error {
 	if err != nil {
 		return fmt.Errorf("fsync dir: %w", err)
 	}
-	err = unix.Fsync(fd)
+	fsync := unix.Fsync
+	if TestHookSyncDir != nil {
+		fsync = TestHookSyncDir
+	}
+	err = fsync(fd)
 	unix.Close(fd)
 	if err != nil {
 		return fmt.Errorf("fsync dir: %w", err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestParentSwapRace: while writes run, the parent directory "d" and a
@@ -63,14 +63,18 @@ func TestParentSwapRace(t *testing.T) {
 				}
 			}()
 
-			var ok, escaped int
+			var ok, escaped, overlapped int
 			var written []string
 			deadline := time.Now().Add(time.Second)
 			for i := 0; time.Now().Before(deadline); i++ {
 				name := "f" + strconv.Itoa(i)
+				before := swaps.Load()
 				p, err := ResolveParent(f.root, "d/"+name)
 				if errors.Is(err, securefs.ErrPathEscapes) {
 					escaped++
+					if swaps.Load() != before {
+						overlapped++
+					}
 					continue
 				}
 				if err != nil {
@@ -86,6 +90,9 @@ func TestParentSwapRace(t *testing.T) {
 					t.Fatalf("write %s: %v", name, err)
 				}
 				ok++
+				if swaps.Load() != before {
+					overlapped++
+				}
 				written = append(written, name)
 				if i%64 == 0 {
 					if names := listing(t, empty); len(names) != 0 {
@@ -121,7 +128,10 @@ func TestParentSwapRace(t *testing.T) {
 			if len(have) != len(written) {
 				t.Fatalf("real directory has %d names, %d written", len(have), len(written))
 			}
-			t.Logf("%d swaps, %d writes landed inside, %d refused as escapes", swaps.Load(), ok, escaped)
+			t.Logf("%d swaps, %d writes overlapped a swap, %d landed inside, %d refused as escapes", swaps.Load(), overlapped, ok, escaped)
+			if swaps.Load() == 0 || overlapped == 0 {
+				t.Fatalf("the race was not exercised: %d swaps, %d during a write", swaps.Load(), overlapped)
+			}
 			if ok == 0 || escaped == 0 {
 				t.Fatalf("the race never went both ways: %d ok, %d escaped", ok, escaped)
 			}
@@ -227,12 +237,13 @@ func TestLocksKeyedByName(t *testing.T) {
 		unlock()
 	}()
 	// The second locker queues on the first one's entry...
-	deadline := time.Now().Add(5 * time.Second)
-	for locks.refs(a1) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the second path to the same name never queued on its lock (refs %d)", locks.refs(a1))
+	if err := testutil.Poll(5*time.Second, func() error {
+		if n := locks.refs(a1); n != 2 {
+			return fmt.Errorf("refs %d", n)
 		}
-		runtime.Gosched()
+		return nil
+	}); err != nil {
+		t.Fatalf("the second path to the same name never queued on its lock: %v", err)
 	}
 	// ...and is not granted it while it is held.
 	select {

@@ -72,6 +72,11 @@ type WriteOptions struct {
 	// OnTempDone may be left by a crash: RemoveTemp sweeps it.
 	OnTemp     func(dir *Parent, tmpName string) error
 	OnTempDone func(dir *Parent, tmpName string)
+	// MinFree is the space the write must leave on the parent's file
+	// system (the zero value: the default reserve); a write that would
+	// leave less is refused before a byte is written, with a
+	// *NoSpaceError (ENOSPC).
+	MinFree Reserve
 
 	noTmpfile bool // tests: take the named-temp path O_TMPFILE-less filesystems take
 }
@@ -107,7 +112,14 @@ type meta struct {
 // as it is, and so is a symlink's target. A hard link to an outside file
 // is replaced by the rename, never written through.
 //
-// An error from the last directory fsync comes with a filled result: the
+// A write that would leave the file system below opts.MinFree is refused
+// before anything is created (*NoSpaceError, ENOSPC). ENOSPC or EDQUOT
+// while writing leaves nothing behind: the temporary inode is removed and
+// the name keeps its old content. Every error wraps the errno it came
+// from, for errclass.
+//
+// An error after the commit (the last directory fsync, or dropping a
+// temporary name) wraps ErrNotDurable and comes with a filled result: the
 // new file is in place but might not survive a power loss.
 func Write(p *Parent, content []byte, opts WriteOptions) (WriteResult, error) {
 	defer runtime.KeepAlive(p)
@@ -130,6 +142,10 @@ func Write(p *Parent, content []byte, opts WriteOptions) (WriteResult, error) {
 		return WriteResult{}, fmt.Errorf("write: %w", err)
 	}
 	if err := admit(opts.Mode, cur, p.Name); err != nil {
+		return WriteResult{}, fmt.Errorf("write %q: %w", p.Name, err)
+	}
+
+	if err := checkSpace(p, int64(len(content)), opts.MinFree); err != nil {
 		return WriteResult{}, fmt.Errorf("write %q: %w", p.Name, err)
 	}
 
@@ -214,7 +230,7 @@ func Write(p *Parent, content []byte, opts WriteOptions) (WriteResult, error) {
 	}
 	committed = true
 	if err := t.finish(); err != nil {
-		return res, fmt.Errorf("write %q: %w", p.Name, err)
+		return res, fmt.Errorf("write %q: %w: %w", p.Name, ErrNotDurable, err)
 	}
 	return res, nil
 }

@@ -16,4 +16,11 @@
 // follows them inside the container, where everything reachable is a view
 // again. Reads go to the backing fd through FUSE passthrough where the
 // kernel has it (6.9+), so they cost what native reads cost.
+//
+// A view answers only root and the uids it admitted (its tool's live
+// containers), EACCES to every other local user; each admitted uid holds
+// at most MaxOpen files and directories open, and all views of a process
+// together at most the soft RLIMIT_NOFILE less Reserve, so no container
+// can take the daemon's fds (see access_linux.go). Directories are read
+// in chunks as the kernel asks, never whole.
 package fsview

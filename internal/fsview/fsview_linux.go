@@ -42,7 +42,15 @@ type Options struct {
 	Timeout time.Duration
 	// Logger, if set, receives go-fuse's diagnostics.
 	Logger *log.Logger
+	// MaxOpen bounds the files and directories one admitted uid (one
+	// container) holds open through the view at once; beyond it, open
+	// and opendir fail with EMFILE. Zero means DefaultMaxOpen.
+	MaxOpen int
 }
+
+// DefaultMaxOpen is Options.MaxOpen's default (the manifest's
+// max_open_files).
+const DefaultMaxOpen = 256
 
 // View is a mounted view. Mount i is the entry named strconv.Itoa(i) in
 // its root directory.
@@ -52,6 +60,10 @@ type View struct {
 	srcs   []Source
 	done   chan struct{}
 	once   sync.Once
+	max    int64
+
+	mu   sync.RWMutex
+	uids map[uint32]*holder // admitted callers (see Admit)
 	// Passthrough reports whether the kernel agreed to FUSE passthrough
 	// (reads go straight to the backing file).
 	Passthrough bool
@@ -66,14 +78,20 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 		opt.Timeout = time.Second
 	}
 	neg := time.Duration(0)
-	v := &View{dir: dir, srcs: srcs, done: make(chan struct{})}
+	if opt.MaxOpen <= 0 {
+		opt.MaxOpen = DefaultMaxOpen
+	}
+	setBudget()
+	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), uids: map[uint32]*holder{}}
 	root := &rootNode{v: v, hide: opt.Hide}
 	fopts := &fs.Options{
 		EntryTimeout:    &opt.Timeout,
 		AttrTimeout:     &opt.Timeout,
 		NegativeTimeout: &neg,
 		MountOptions: fuse.MountOptions{
-			AllowOther: true, // containers run as other uids
+			// Containers run as other uids; who may use the view is
+			// decided per request (see View.caller), not by the kernel.
+			AllowOther: true,
 			// The kernel checks mode bits against the caller, as on the
 			// host: a file the container's uid may not read stays closed.
 			Options:           []string{"default_permissions"},
@@ -145,17 +163,34 @@ type rootNode struct {
 
 var (
 	_ fs.NodeLookuper  = (*rootNode)(nil)
+	_ fs.NodeOpendirer = (*rootNode)(nil)
 	_ fs.NodeReaddirer = (*rootNode)(nil)
 	_ fs.NodeGetattrer = (*rootNode)(nil)
+	_ fs.NodeStatfser  = (*rootNode)(nil)
 )
 
 func (r *rootNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if errno := r.v.allowed(ctx); errno != 0 {
+		return errno
+	}
 	out.Mode = unix.S_IFDIR | 0o555
 	out.Nlink = 2
 	return 0
 }
 
+// Statfs of the top directory says nothing; a mount's says its size.
+func (r *rootNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	return r.v.allowed(ctx)
+}
+
+// Opendir checks the caller; the listing (one entry per mount, no fd
+// held) is Readdir's.
+func (r *rootNode) Opendir(ctx context.Context) syscall.Errno { return r.v.allowed(ctx) }
+
 func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := r.v.allowed(ctx); errno != 0 {
+		return nil, errno
+	}
 	i, err := strconv.Atoi(name)
 	if err != nil || i < 0 || i >= len(r.v.srcs) || strconv.Itoa(i) != name {
 		return nil, syscall.ENOENT
@@ -165,6 +200,9 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 }
 
 func (r *rootNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	if errno := r.v.allowed(ctx); errno != 0 {
+		return nil, errno
+	}
 	var list []fuse.DirEntry
 	for i := range r.v.srcs {
 		n := &node{v: r.v, hide: r.hide, m: i}
@@ -189,12 +227,12 @@ type node struct {
 }
 
 var (
-	_ fs.NodeLookuper   = (*node)(nil)
-	_ fs.NodeReaddirer  = (*node)(nil)
-	_ fs.NodeGetattrer  = (*node)(nil)
-	_ fs.NodeOpener     = (*node)(nil)
-	_ fs.NodeReadlinker = (*node)(nil)
-	_ fs.NodeStatfser   = (*node)(nil)
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
 )
 
 // full is the node's path beneath its source's root.
@@ -271,6 +309,9 @@ func (n *node) entry(ctx context.Context, parent *fs.Inode, child *node, out *fu
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.v.allowed(ctx); errno != 0 {
+		return nil, errno
+	}
 	if name == "" || name == "." || name == ".." || len(name) > 255 {
 		return nil, syscall.ENOENT
 	}
@@ -282,6 +323,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if errno := n.v.allowed(ctx); errno != 0 {
+		return errno
+	}
 	if of, ok := f.(*file); ok {
 		// fstat of an open file: the file that was opened, wherever
 		// its path now leads.
@@ -302,6 +346,9 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	if errno := n.v.allowed(ctx); errno != 0 {
+		return nil, errno
+	}
 	h, errno := n.resolve()
 	if errno != 0 {
 		return nil, errno
@@ -318,6 +365,9 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	if errno := n.v.allowed(ctx); errno != 0 {
+		return errno
+	}
 	var st unix.Statfs_t
 	if err := unix.Fstatfs(int(n.v.srcs[n.m].Root.Fd()), &st); err != nil {
 		return fs.ToErrno(err)
@@ -329,46 +379,49 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	return 0
 }
 
-func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+// OpendirHandle opens the node's directory now for its caller, who holds
+// the fd (counted against its cap, see View.take) until Releasedir; the
+// listing is read from it in chunks (see dir).
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	own, errno := n.v.caller(ctx)
+	if errno != 0 {
+		return nil, 0, errno
+	}
 	h, errno := n.resolve()
 	if errno != 0 {
-		return nil, errno
+		return nil, 0, errno
 	}
 	defer h.Close()
 	if h.Kind != securefs.KindDir {
-		return nil, syscall.ENOTDIR
+		return nil, 0, syscall.ENOTDIR
 	}
-	d, err := h.Open()
+	if errno := n.v.take(own); errno != 0 {
+		return nil, 0, errno
+	}
+	fd, errno := reopen(h)
+	if errno != 0 {
+		give(own)
+		return nil, 0, errno
+	}
+	return newDir(n, fd, own), 0, 0
+}
+
+// reopen opens what h names for reading as a bare fd of ours (an
+// *os.File would close it behind our back).
+func reopen(h *securefs.Handle) (int, syscall.Errno) {
+	f, err := h.Open()
 	if err != nil {
-		return nil, syscall.EIO
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			return -1, syscall.EMFILE
+		}
+		return -1, syscall.EIO
 	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	f.Close()
 	if err != nil {
-		return nil, syscall.EIO
+		return -1, syscall.EMFILE
 	}
-	dfd := int(d.Fd())
-	list := make([]fuse.DirEntry, 0, len(names))
-	for _, name := range names {
-		rel := name
-		if n.rel != "" {
-			rel = n.rel + "/" + name
-		}
-		if n.hide != nil && n.hide(n.m, rel) {
-			continue
-		}
-		// One name in a held directory fd, not followed: no path here
-		// can lead anywhere else.
-		var st unix.Stat_t
-		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			continue
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR, unix.S_IFREG, unix.S_IFLNK:
-			list = append(list, fuse.DirEntry{Name: name, Mode: st.Mode & unix.S_IFMT, Ino: st.Ino})
-		}
-	}
-	return fs.NewListDirStream(list), 0
+	return fd, 0
 }
 
 // Open opens the node's path now, for reading only (the view is read-only
@@ -376,6 +429,10 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC|unix.O_APPEND|unix.O_CREAT) != 0 {
 		return nil, 0, syscall.EROFS
+	}
+	own, errno := n.v.caller(ctx)
+	if errno != 0 {
+		return nil, 0, errno
 	}
 	h, errno := n.resolve()
 	if errno != 0 {
@@ -385,23 +442,22 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if h.Kind != securefs.KindFile {
 		return nil, 0, syscall.ENOENT
 	}
-	f, err := h.Open()
-	if err != nil {
-		return nil, 0, syscall.EIO
+	if errno := n.v.take(own); errno != 0 {
+		return nil, 0, errno
 	}
-	// The file is ours now; *os.File would close it behind our back.
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	f.Close()
-	if err != nil {
-		return nil, 0, syscall.EIO
+	fd, errno := reopen(h)
+	if errno != 0 {
+		give(own)
+		return nil, 0, errno
 	}
-	return &file{fd: fd}, 0, 0
+	return &file{fd: fd, own: own}, 0, 0
 }
 
 // file is an open regular file of the view.
 type file struct {
-	mu sync.Mutex
-	fd int
+	mu  sync.Mutex
+	fd  int
+	own *holder // whose cap it counts against (nil: root's)
 }
 
 var (
@@ -443,6 +499,7 @@ func (f *file) Release(ctx context.Context) syscall.Errno {
 	if f.fd >= 0 {
 		unix.Close(f.fd)
 		f.fd = -1
+		give(f.own)
 	}
 	return 0
 }

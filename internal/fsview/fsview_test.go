@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // never is the glob set the tests hide, matched as authz matches it:
@@ -118,12 +119,13 @@ func listing(t *testing.T, dir string) []string {
 // show once the kernel's cache times out (50 ms here).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5 s", what)
+	if err := testutil.Poll(5*time.Second, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(10 * time.Millisecond) // polling up to the deadline
+		return nil
+	}); err != nil {
+		t.Fatalf("%s: not within 5 s", what)
 	}
 }
 
@@ -173,13 +175,13 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 			}
 			absent(t, f.in("src/.env"))
 			// mv private private.old && cp -a private.old private
-			os.Rename(filepath.Join(f.ws, "private"), filepath.Join(f.ws, "private.old"))
-			os.MkdirAll(filepath.Join(f.ws, "private"), 0o755)
+			testutil.Must(t, os.Rename(filepath.Join(f.ws, "private"), filepath.Join(f.ws, "private.old")))
+			testutil.Must(t, os.MkdirAll(filepath.Join(f.ws, "private"), 0o755))
 			write(t, filepath.Join(f.ws, "private", "key"), "SLUICE-SECRET-KEY2\n")
 			absent(t, f.in("private/key"))
 			// A new *.pem at depth 5, created after the view was made.
 			deep := filepath.Join(f.ws, "src", "a", "b", "c", "d")
-			os.MkdirAll(deep, 0o755)
+			testutil.Must(t, os.MkdirAll(deep, 0o755))
 			write(t, filepath.Join(deep, "id.pem"), "SLUICE-SECRET-PEM\n")
 			eventually(t, "new directories show", func() bool {
 				_, err := os.Stat(f.in("src/a/b/c/d"))
@@ -191,26 +193,26 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 			}
 			// A host edit of an allowed file shows (after the cache timeout).
 			write(t, filepath.Join(f.ws, "src", "a.py.tmp"), "print('b')\n")
-			os.Rename(filepath.Join(f.ws, "src", "a.py.tmp"), filepath.Join(f.ws, "src", "a.py"))
+			testutil.Must(t, os.Rename(filepath.Join(f.ws, "src", "a.py.tmp"), filepath.Join(f.ws, "src", "a.py")))
 			eventually(t, "a rewritten file shows its new content", func() bool {
 				b, _ := os.ReadFile(f.in("src/a.py"))
 				return string(b) == "print('b')\n"
 			})
 			// The file mount follows a save too.
 			write(t, filepath.Join(f.ws, "cfg.new"), "cfg v2\n")
-			os.Rename(filepath.Join(f.ws, "cfg.new"), filepath.Join(f.ws, "cfg.txt"))
+			testutil.Must(t, os.Rename(filepath.Join(f.ws, "cfg.new"), filepath.Join(f.ws, "cfg.txt")))
 			eventually(t, "a rewritten file mount shows its new content", func() bool {
 				b, _ := os.ReadFile(f.v.Path(1))
 				return string(b) == "cfg v2\n"
 			})
 			// A node is a path: a directory renamed to a never name is not
 			// reachable through the name it had.
-			os.MkdirAll(filepath.Join(f.ws, "src", "keys"), 0o755)
+			testutil.Must(t, os.MkdirAll(filepath.Join(f.ws, "src", "keys"), 0o755))
 			write(t, filepath.Join(f.ws, "src", "keys", "k"), "public\n")
 			if _, err := os.ReadFile(f.in("src/keys/k")); err != nil {
 				t.Fatal(err)
 			}
-			os.RemoveAll(filepath.Join(f.ws, "private"))
+			testutil.Must(t, os.RemoveAll(filepath.Join(f.ws, "private")))
 			if err := os.Rename(filepath.Join(f.ws, "src", "keys"), filepath.Join(f.ws, "private")); err != nil {
 				t.Fatal(err)
 			}
@@ -243,7 +245,7 @@ func TestSpecialFilesAbsent(t *testing.T) {
 		t.Errorf("readdir src: %s", got)
 	}
 	// A regular file replaced by a socket after it was looked up.
-	os.Remove(filepath.Join(f.ws, "src", "a.py"))
+	testutil.Must(t, os.Remove(filepath.Join(f.ws, "src", "a.py")))
 	l2, err := net.Listen("unix", filepath.Join(f.ws, "src", "a.py"))
 	if err != nil {
 		t.Fatal(err)
@@ -264,9 +266,9 @@ func TestSymlinksStayLinks(t *testing.T) {
 	for _, mode := range modes() {
 		t.Run(mode.String(), func(t *testing.T) {
 			f := newView(t, mode)
-			os.Symlink(filepath.Join(f.out, "secret"), filepath.Join(f.ws, "src", "abs"))
-			os.Symlink("../../outside/secret", filepath.Join(f.ws, "src", "rel"))
-			os.Symlink(".env", filepath.Join(f.ws, "src", "toenv"))
+			testutil.Must(t, os.Symlink(filepath.Join(f.out, "secret"), filepath.Join(f.ws, "src", "abs")))
+			testutil.Must(t, os.Symlink("../../outside/secret", filepath.Join(f.ws, "src", "rel")))
+			testutil.Must(t, os.Symlink(".env", filepath.Join(f.ws, "src", "toenv")))
 			for name, want := range map[string]string{"abs": filepath.Join(f.out, "secret"), "rel": "../../outside/secret", "toenv": ".env"} {
 				got, err := os.Readlink(f.in("src/" + name))
 				if err != nil || got != want {
@@ -283,11 +285,11 @@ func TestSymlinksStayLinks(t *testing.T) {
 			if _, err := os.ReadFile(f.in("src/a.py")); err != nil {
 				t.Fatal(err)
 			}
-			os.Rename(filepath.Join(f.ws, "src"), filepath.Join(f.ws, "src.old"))
+			testutil.Must(t, os.Rename(filepath.Join(f.ws, "src"), filepath.Join(f.ws, "src.old")))
 			// On the host, ws/src -> ../outside is the outside directory;
 			// in the view it leads to mnt/outside, which does not exist.
 			// Only a daemon that followed the link could read the secret.
-			os.Symlink("../outside", filepath.Join(f.ws, "src"))
+			testutil.Must(t, os.Symlink("../outside", filepath.Join(f.ws, "src")))
 			write(t, filepath.Join(f.out, "a.py"), "SLUICE-SECRET-SWAPPED\n")
 			eventually(t, "the swapped directory shows as a link", func() bool {
 				b, err := os.ReadFile(f.in("src/a.py"))

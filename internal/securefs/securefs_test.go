@@ -3,6 +3,7 @@ package securefs
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,28 +185,47 @@ func TestSymlinkSwapRace(t *testing.T) {
 	fx := escapetest.Build(t)
 	src := filepath.Join(fx.Base, "workspace/src")
 	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
+	var swapper, wg sync.WaitGroup
+	var swaps atomic.Int64
+	var swapErr error // the swapper's first error, read after swapper.Wait
+	swapper.Add(1)
 	go func() {
-		defer wg.Done()
+		defer swapper.Done()
 		inside := filepath.Join(src, "race.tmp")
+		// race.new was renamed away and sub2 may not exist yet: only
+		// their absence may make a remove fail.
+		remove := func(p string) error {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			return nil
+		}
 		for i := 0; !stop.Load(); i++ {
 			tmp := filepath.Join(src, "race.new")
-			os.Remove(tmp)
+			if swapErr = remove(tmp); swapErr != nil {
+				return
+			}
 			if i%2 == 0 {
-				os.Symlink("../../secret.txt", tmp)
+				swapErr = os.Symlink("../../secret.txt", tmp)
 			} else {
-				os.WriteFile(inside, []byte("inside\n"), 0o644)
-				os.Symlink("race.tmp", tmp)
+				swapErr = errors.Join(os.WriteFile(inside, []byte("inside\n"), 0o644), os.Symlink("race.tmp", tmp))
 			}
-			os.Rename(tmp, filepath.Join(src, "race"))
+			if swapErr != nil {
+				return
+			}
 			// and a directory swap: sub2 is a real dir or a link out
-			os.Remove(filepath.Join(src, "sub2"))
-			if i%3 == 0 {
-				os.Symlink("../..", filepath.Join(src, "sub2"))
-			} else {
-				os.Mkdir(filepath.Join(src, "sub2"), 0o755)
+			if swapErr = errors.Join(os.Rename(tmp, filepath.Join(src, "race")), remove(filepath.Join(src, "sub2"))); swapErr != nil {
+				return
 			}
+			if i%3 == 0 {
+				swapErr = os.Symlink("../..", filepath.Join(src, "sub2"))
+			} else {
+				swapErr = os.Mkdir(filepath.Join(src, "sub2"), 0o755)
+			}
+			if swapErr != nil {
+				return
+			}
+			swaps.Add(1)
 		}
 	}()
 	var reads, okReads atomic.Int64
@@ -237,10 +257,16 @@ func TestSymlinkSwapRace(t *testing.T) {
 			}()
 		}
 	}
-	time.Sleep(time.Until(deadline))
+	wg.Wait() // the readers stop at the deadline
 	stop.Store(true)
-	wg.Wait()
-	t.Logf("%d resolutions, %d reads of the inside file, none outside", reads.Load(), okReads.Load())
+	swapper.Wait()
+	if swapErr != nil {
+		t.Fatalf("swap: %v", swapErr)
+	}
+	t.Logf("%d swaps, %d resolutions, %d reads of the inside file, none outside", swaps.Load(), reads.Load(), okReads.Load())
+	if swaps.Load() == 0 {
+		t.Fatal("no swap completed: the race proved nothing")
+	}
 	if okReads.Load() == 0 {
 		t.Fatal("the race never read the inside file: the test proved nothing")
 	}

@@ -42,8 +42,10 @@ Commands:
                       Decide a waiting call (approvers only); recorded in the audit.
   tasks cancel TASK   Cancel a task: its commands are killed, waiting calls end,
                       no late write commits, new calls are denied task_cancelled.
-  audit verify FILE   Check the audit ledger's hash chain. Exit 0 intact,
-                      1 broken (names the first bad seq).
+  audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] FILE
+                      Check the audit ledger's hash chain, and that it reaches
+                      its anchor (and each --head). Exit 0 intact, 1 broken,
+                      cut or truncated (names the first bad seq).
   replay --manifest NEW [--json] FILE
                       Re-decide every recorded decision under NEW (no filesystem
                       access) and list what would change. Exit 1 on a broken chain.
@@ -332,7 +334,9 @@ func (e *env) reload(args []string) int {
 }
 
 const auditHelp = `Usage:
-  sluice audit verify FILE        check the hash chain; exit 0 intact, 1 broken
+  sluice audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] FILE
+                                  check the hash chain and that the ledger reaches its
+                                  anchor and each --head; exit 0 intact, 1 broken or cut
   sluice audit tail [-n N] [-f] FILE
                                   print the last N records (default 20); -f follows
 

@@ -1,0 +1,376 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// captureLedger makes the daemons the test starts hand it their ledger,
+// so that the test can inject faults into it.
+func captureLedger(t *testing.T) *atomic.Pointer[audit.Ledger] {
+	t.Helper()
+	orig := openLedger
+	var p atomic.Pointer[audit.Ledger]
+	openLedger = func(path string, o audit.Options) (*audit.Ledger, audit.Recovery, error) {
+		l, rec, err := orig(path, o)
+		if l != nil {
+			p.Store(l)
+		}
+		return l, rec, err
+	}
+	t.Cleanup(func() { openLedger = orig })
+	return &p
+}
+
+// containerWatch counts containers created, by libcontainer's state
+// directories appearing under the run dir: the proof that a command did
+// not run is that its container was never made.
+type containerWatch struct{ fd int }
+
+func watchContainers(t *testing.T, runDir string) *containerWatch {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if _, err := unix.InotifyAddWatch(fd, filepath.Join(runDir, "state"), unix.IN_CREATE); err != nil {
+		t.Fatalf("watch the sandbox state dir: %v", err)
+	}
+	return &containerWatch{fd: fd}
+}
+
+// created drains the events queued so far: container creation is done
+// before a call's result is sent, so its event is queued by then.
+func (w *containerWatch) created() int {
+	n := 0
+	buf := make([]byte, 4096)
+	for {
+		k, err := unix.Read(w.fd, buf)
+		if err != nil || k <= 0 {
+			return n
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= k; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+			n++
+		}
+	}
+}
+
+// TestDurabilityBeforeEffect: for write, delete and execute, a decision
+// that cannot be appended or made durable denies the call
+// audit_unavailable and the effect does not happen (docs/design.md §3).
+// Without the decision's sync before the effect in pipeline, the sync
+// cases fail: the file is written or deleted and the container is made.
+func TestDurabilityBeforeEffect(t *testing.T) {
+	testutil.RequireRoot(t)
+	boom := fmt.Errorf("injected: %w", unix.EIO)
+	faults := map[string]audit.Faults{
+		"append": {Append: func(r *audit.Record) error {
+			if r.Kind == audit.KindDecision {
+				return boom
+			}
+			return nil
+		}},
+		"sync": {Sync: func() error { return boom }},
+	}
+	for _, fault := range []string{"append", "sync"} {
+		for _, op := range []string{"write", "delete", "execute"} {
+			t.Run(fault+"/"+op, func(t *testing.T) {
+				ledger := captureLedger(t)
+				fx := escapetest.Build(t)
+				os.Chmod(fx.Base, 0o755)
+				m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
+				  "write_file":{"operation":"write","roots":["workspace/src"]},
+				  "delete_file":{"operation":"delete","roots":["workspace/src"]},
+				  "run":{"operation":"execute","commands":[["sh","-c","echo ran"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0}}}`)
+				runDir := filepath.Join(t.TempDir(), "run")
+				h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
+				src := filepath.Join(fx.Base, "workspace/src")
+				victim := filepath.Join(src, "victim.txt")
+				os.WriteFile(victim, []byte("keep"), 0o644)
+				var w *containerWatch
+				if op == "execute" {
+					w = watchContainers(t, runDir)
+					// Control: an allowed run makes a container we see.
+					if res, _ := h.call("run", map[string]any{"argv": []string{"sh", "-c", "echo ran"}}); !res.OK || w.created() == 0 {
+						t.Fatalf("control run: %+v, or its container was not seen", res)
+					}
+				}
+				ledger.Load().SetFaults(faults[fault])
+				var res *api.CallResult
+				switch op {
+				case "write":
+					res, _ = h.call("write_file", map[string]any{"path": "workspace/src/new.txt", "content": "x"})
+					if _, err := os.Stat(filepath.Join(src, "new.txt")); !errors.Is(err, os.ErrNotExist) {
+						t.Errorf("the write happened without a durable decision: %v", err)
+					}
+				case "delete":
+					res, _ = h.call("delete_file", map[string]any{"path": "workspace/src/victim.txt"})
+					if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
+						t.Errorf("the delete happened without a durable decision: %q %v", b, err)
+					}
+				case "execute":
+					res, _ = h.call("run", map[string]any{"argv": []string{"sh", "-c", "echo ran"}})
+					if n := w.created(); n != 0 {
+						t.Errorf("%d containers made for a command whose decision is not durable", n)
+					}
+				}
+				if res.OK || res.Reason != api.ReasonAuditUnavailable {
+					t.Errorf("result %+v, want audit_unavailable", res)
+				}
+				hl, err := h.c.Health(context.Background())
+				if err != nil || hl.Status != "degraded" || hl.Audit != "degraded" || hl.AuditError == "" {
+					t.Errorf("health after a failed %s: %+v %v", fault, hl, err)
+				}
+			})
+		}
+	}
+}
+
+// stoppable is a harness whose daemon the test stops (and restarts on
+// the same state dir) itself.
+type stoppable struct {
+	*harness
+	stop func()
+}
+
+func startStop(t *testing.T, manifest string, tweak ...func(*Config)) *stoppable {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := Config{
+		Manifest: manifest, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
+		Logger: slogJSON(&lockedBuf{}), ResolveMode: securefs.ModeAuto,
+		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t),
+	}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	stop := launch(t, cfg)
+	h := &harness{t: t, socket: cfg.Socket, stateDir: cfg.StateDir, c: client.New(cfg.Socket)}
+	var once atomic.Bool
+	s := &stoppable{harness: h, stop: func() {
+		if once.CompareAndSwap(false, true) {
+			h.c.Close()
+			stop()
+		}
+	}}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func slogJSON(w *lockedBuf) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+
+func sluiceBin(t *testing.T) string {
+	t.Helper()
+	d := os.Getenv("SLUICE_BIN_DIR")
+	if d == "" {
+		t.Fatal("SLUICE_BIN_DIR unset: run 'make build' and pass SLUICE_BIN_DIR=$PWD/bin")
+	}
+	return filepath.Join(d, "sluice")
+}
+
+// verifyCLI runs the real 'sluice audit verify' and returns its exit code
+// and output.
+func verifyCLI(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(sluiceBin(t), append([]string{"audit", "verify"}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String()
+}
+
+func cutLastLines(t *testing.T, path string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	lines = lines[:len(lines)-1]
+	if err := os.WriteFile(path, bytes.Join(lines[:len(lines)-n], nil), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func records(t *testing.T, path string) []audit.Record {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []audit.Record
+	if err := audit.Read(f, func(r *audit.Record) error { out = append(out, *r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestLedgerCutWhileStopped (review finding 9): the last two records (a
+// denied .env attempt) are cut while sluiced is stopped. verify names the
+// anchor and exits 1; the next start logs an ERROR, appends a truncated
+// record and continues the sequence past the old head.
+func TestLedgerCutWhileStopped(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	state := t.TempDir()
+	logs := &lockedBuf{}
+	cfg := func(c *Config) {
+		c.StateDir = state
+		c.Logger = slogJSON(logs)
+	}
+	h := startStop(t, fx.Manifest, cfg)
+	h.call("read_file", map[string]string{"path": "workspace/src/a.py"})
+	if res, _ := h.call("read_file", map[string]string{"path": "workspace/src/sub/.env"}); res.OK {
+		t.Fatal(".env read allowed")
+	}
+	h.stop()
+	path := filepath.Join(state, "audit.jsonl")
+	before := records(t, path)
+	oldHead := before[len(before)-1]
+	if code, out := verifyCLI(t, path); code != 0 {
+		t.Fatalf("intact ledger: exit %d: %s", code, out)
+	}
+	cutLastLines(t, path, 2) // the .env decision and its result
+	code, out := verifyCLI(t, path)
+	if code != 1 || !strings.Contains(out, "BEHIND anchor") || !strings.Contains(out, "2 records were cut") {
+		t.Fatalf("cut ledger: verify exit %d: %s", code, out)
+	}
+
+	logs2 := &lockedBuf{}
+	h = startStop(t, fx.Manifest, cfg, func(c *Config) { c.Logger = slogJSON(logs2) })
+	after := records(t, path)
+	var trunc *audit.Record
+	for i := range after {
+		if after[i].Kind == audit.KindTruncated {
+			trunc = &after[i]
+		}
+	}
+	if trunc == nil || trunc.Seq != oldHead.Seq+1 || !strings.Contains(trunc.Detail, fmt.Sprintf("seq %d", oldHead.Seq)) {
+		t.Fatalf("no truncated record continuing at seq %d: %+v", oldHead.Seq+1, trunc)
+	}
+	if last := after[len(after)-1]; last.Seq <= oldHead.Seq+1 {
+		t.Fatalf("sequence reused: last seq %d", last.Seq)
+	}
+	if !strings.Contains(logs2.String(), `"level":"ERROR","msg":"audit ledger was cut`) {
+		t.Fatalf("no ERROR logged: %s", logs2.String())
+	}
+	h.stop()
+	code, out = verifyCLI(t, path)
+	if code != 1 || !strings.Contains(out, fmt.Sprintf("TRUNCATED at seq %d", oldHead.Seq+1)) {
+		t.Fatalf("verify after restart: exit %d: %s", code, out)
+	}
+	if code, out = verifyCLI(t, "--accept-truncated", path); code != 0 || !strings.Contains(out, "TRUNCATED") {
+		t.Fatalf("--accept-truncated: exit %d: %s", code, out)
+	}
+}
+
+// TestHeadCatchesConsistentCut: root cuts the ledger and puts back an
+// older anchor that matches the cut; the anchor is fooled, the head from
+// the journal (--head) is not.
+func TestHeadCatchesConsistentCut(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	state := t.TempDir()
+	logs := &lockedBuf{}
+	h := startStop(t, fx.Manifest, func(c *Config) { c.StateDir = state; c.Logger = slogJSON(logs) })
+	h.call("read_file", map[string]string{"path": "workspace/src/a.py"})
+	anchorPath := filepath.Join(state, "audit.anchor")
+	oldAnchor, err := os.ReadFile(anchorPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(records(t, filepath.Join(state, "audit.jsonl")))
+	h.call("read_file", map[string]string{"path": "workspace/src/sub/.env"})
+	h.stop()
+	// The journal's last head line.
+	var head string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var e struct{ Msg, Head string }
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "audit head" {
+			head = e.Head
+		}
+	}
+	path := filepath.Join(state, "audit.jsonl")
+	if head == "" || !strings.HasPrefix(head, fmt.Sprint(len(records(t, path)))+":") {
+		t.Fatalf("journal head %q does not name the last record", head)
+	}
+	cutLastLines(t, path, len(records(t, path))-n)
+	os.WriteFile(anchorPath, oldAnchor, 0o600)
+	if code, out := verifyCLI(t, path); code != 0 {
+		t.Fatalf("a consistent cut should fool the anchor alone: exit %d: %s", code, out)
+	}
+	code, out := verifyCLI(t, "--head", head, path)
+	if code != 1 || !strings.Contains(out, "BEHIND --head") {
+		t.Fatalf("--head %s: exit %d: %s", head, code, out)
+	}
+}
+
+// TestFullDiskReserve (review finding 5): with the state dir's file system
+// filled by someone else, denials are still recorded from the ledger's
+// reserve and /v1/health says degraded.
+func TestFullDiskReserve(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	state := t.TempDir()
+	if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=16m"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	defer unix.Unmount(state, unix.MNT_DETACH)
+	h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) { c.StateDir = state })
+	if hl, err := h.c.Health(context.Background()); err != nil || hl.Status != "ok" || hl.Audit != "ok" {
+		t.Fatalf("health before: %+v %v", hl, err)
+	}
+	filler := filepath.Join(state, "filler")
+	out, _ := exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=64k").CombinedOutput()
+	if !bytes.Contains(out, []byte("No space left")) {
+		t.Fatalf("dd did not fill the state dir: %s", out)
+	}
+	defer os.Remove(filler)
+	for i := range 200 {
+		res, _ := h.call("read_file", map[string]string{"path": "workspace/src/sub/.env"})
+		if res.Reason == api.ReasonAuditUnavailable || res.OK {
+			t.Fatalf("denial %d on a full disk: %+v", i, res)
+		}
+	}
+	hl, err := h.c.Health(context.Background())
+	if err != nil || hl.Status != "degraded" || hl.Audit != "degraded" || !strings.Contains(hl.AuditError, "reserve") {
+		t.Fatalf("health on a full disk: %+v %v", hl, err)
+	}
+	denials := 0
+	for _, r := range records(t, filepath.Join(state, "audit.jsonl")) {
+		if r.Kind == audit.KindDecision && strings.HasSuffix(r.Resource, ".env") || strings.Contains(string(r.Args), ".env") {
+			denials++
+		}
+	}
+	if denials < 200 {
+		t.Fatalf("%d denials recorded, want 200", denials)
+	}
+}

@@ -1,0 +1,274 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/fileop"
+	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/sandbox"
+)
+
+// ciNode is a loopback node that looks names up as a case-insensitive
+// file system does (NTFS, exFAT, SMB, ext4 casefold): an exact name
+// first, else the entry equal to it under simple case folding with
+// trailing dots and spaces ignored. It is written with strings.EqualFold,
+// not with internal/foldname, so that the test does not grade the code
+// with its own answer. The kernel keeps the name it asked for (".ENV") in
+// its dentries, so every operation that goes by path resolves the path's
+// components again here.
+type ciNode struct{ fs.LoopbackNode }
+
+func ciEqual(a, b string) bool {
+	return strings.EqualFold(strings.TrimRight(a, ". "), strings.TrimRight(b, ". "))
+}
+
+// realName returns the on-disk name in dir that name opens, or name.
+func realName(dir, name string) string {
+	if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+		return name
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if ciEqual(e.Name(), name) {
+			return e.Name()
+		}
+	}
+	return name
+}
+
+// realPath is the node's path on the backing file system.
+func (n *ciNode) realPath() string {
+	p := n.RootData.Path
+	if rel := n.Path(nil); rel != "" {
+		for _, c := range strings.Split(rel, "/") {
+			p = filepath.Join(p, realName(p, c))
+		}
+	}
+	return p
+}
+
+func (n *ciNode) child(name string) string {
+	dir := n.realPath()
+	return filepath.Join(dir, realName(dir, name))
+}
+
+func (n *ciNode) newChild(ctx context.Context, name string, st *syscall.Stat_t) *fs.Inode {
+	node := n.RootData.NewNode(n.RootData, n.EmbeddedInode(), name, st)
+	return n.NewInode(ctx, node, fs.StableAttr{Mode: st.Mode, Ino: st.Ino})
+}
+
+func (n *ciNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(n.child(name), &st); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	out.Attr.FromStat(&st)
+	return n.newChild(ctx, name, &st), 0
+}
+
+func (n *ciNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if fga, ok := f.(fs.FileGetattrer); ok {
+		return fga.Getattr(ctx, out)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(n.realPath(), &st); err != nil {
+		return fs.ToErrno(err)
+	}
+	out.FromStat(&st)
+	return 0
+}
+
+func (n *ciNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fd, err := syscall.Open(n.realPath(), int(flags&^(syscall.O_APPEND|fuse.FMODE_EXEC))|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, 0, fs.ToErrno(err)
+	}
+	return fs.NewLoopbackFile(fd), 0, 0
+}
+
+func (n *ciNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ds, errno := fs.NewLoopbackDirStream(n.realPath())
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return ds, 0, 0
+}
+
+func (n *ciNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	return fs.NewLoopbackDirStream(n.realPath())
+}
+
+func (n *ciNode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	fd, err := syscall.Open(n.child(name), int(flags&^syscall.O_APPEND)|syscall.O_CREAT, mode)
+	if err != nil {
+		return nil, nil, 0, fs.ToErrno(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		syscall.Close(fd)
+		return nil, nil, 0, fs.ToErrno(err)
+	}
+	out.FromStat(&st)
+	return n.newChild(ctx, name, &st), fs.NewLoopbackFile(fd), 0, 0
+}
+
+func (n *ciNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	return fs.ToErrno(syscall.Unlink(n.child(name)))
+}
+
+func (n *ciNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	p, ok := newParent.(*ciNode)
+	if !ok {
+		return syscall.EXDEV
+	}
+	return fs.ToErrno(unix.Renameat2(unix.AT_FDCWD, n.child(name), unix.AT_FDCWD, p.child(newName), uint(flags)))
+}
+
+// mountCaseInsensitive mounts backing at mnt through ciNode until the test
+// ends.
+func mountCaseInsensitive(t *testing.T, backing, mnt string) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(backing, &st); err != nil {
+		t.Fatal(err)
+	}
+	root := &fs.LoopbackRoot{Path: backing, Dev: uint64(st.Dev)}
+	root.NewNode = func(r *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+		return &ciNode{fs.LoopbackNode{RootData: r}}
+	}
+	root.RootNode = root.NewNode(root, nil, "", &st)
+	srv, err := fs.Mount(mnt, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{
+		AllowOther: true, DirectMount: true, DirectMountStrict: true, FsName: "sluice-casefold-test", Name: "cifs", DisableXAttrs: true}})
+	if err != nil {
+		t.Fatalf("mount the case-insensitive loopback: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+		}
+		srv.Wait()
+	})
+}
+
+const casefoldNever = `"never":[".env","*.pem","private/**"]`
+
+// casefoldFixture: workspace/src is a case-insensitive file system over
+// backing/src, which holds .env, id.pem and private/key (secrets) and
+// main.py; a read, list, write, delete and execute tool on it.
+func casefoldFixture(t *testing.T) (base, backing string, h *harness) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	base = t.TempDir()
+	testutil.Must(t, os.Chmod(base, 0o755))
+	backing = filepath.Join(base, "backing/src")
+	for _, d := range []string{backing + "/private", base + "/workspace/src"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{".env", "id.pem", "private/key"} {
+		testutil.Must(t, os.WriteFile(filepath.Join(backing, f), []byte(escapetest.Secret+" "+f+"\n"), 0o644))
+	}
+	testutil.Must(t, os.WriteFile(filepath.Join(backing, "main.py"), []byte("print('hello')\n"), 0o644))
+	mountCaseInsensitive(t, backing, filepath.Join(base, "workspace/src"))
+	if b, err := os.ReadFile(filepath.Join(base, "workspace/src/.ENV")); err != nil || !bytes.Contains(b, []byte(escapetest.Secret)) {
+		t.Fatalf("the loopback is not case-insensitive: %q, %v", b, err)
+	}
+	m := writeManifest(t, base, `{"schema_version":1,"tools":{
+	  "read_file":{"operation":"read","roots":["workspace/src"],`+casefoldNever+`},
+	  "list_dir":{"operation":"list","roots":["workspace/src"],`+casefoldNever+`},
+	  "write_file":{"operation":"write","roots":["workspace/src"],`+casefoldNever+`},
+	  "delete_file":{"operation":"delete","roots":["workspace/src"],`+casefoldNever+`},
+	  "cat_secrets":{"operation":"execute","commands":[["sh","-c","cat .ENV ID.PEM Id.Pem .env. PRIVATE/key; ls -a; echo done"]],
+	    "mounts":["workspace/src"],"cwd":"workspace/src","pool":0,`+casefoldNever+`}}}`)
+	runDir := t.TempDir()
+	t.Cleanup(func() { // registered before the daemon, so it runs after the daemon has stopped
+		if left := sandbox.Leftovers(runDir); len(left) > 0 {
+			t.Errorf("left behind after the daemon stopped: %v", left)
+		}
+	})
+	return base, backing, start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
+}
+
+// TestNeverCaseInsensitive: on a case-insensitive file system, no spelling
+// of a never-listed name reads, writes, deletes, lists or is seen by a
+// command; the secrets stay out of every response and the ledger.
+func TestNeverCaseInsensitive(t *testing.T) {
+	_, backing, h := casefoldFixture(t)
+	secrets := map[string][]byte{}
+	for _, f := range []string{".env", "id.pem", "private/key"} {
+		secrets[f], _ = os.ReadFile(filepath.Join(backing, f))
+	}
+	noSecret := func(what string, body []byte) {
+		t.Helper()
+		if bytes.Contains(body, []byte(escapetest.Secret)) {
+			t.Errorf("%s: the secret is in the response: %s", what, body)
+		}
+	}
+	for _, p := range []string{"workspace/src/.ENV", "workspace/src/.Env", "workspace/src/ID.PEM", "workspace/src/Id.Pem",
+		"workspace/src/.env.", "workspace/src/.env ", "workspace/src/.env. ", "workspace/src/PRIVATE/key", "workspace/src/Private./key"} {
+		res, body := h.call("read_file", map[string]any{"path": p})
+		if res.Verdict != "deny" || res.Reason != "never_listed" {
+			t.Errorf("read_file %q: %s/%s, want deny/never_listed", p, res.Verdict, res.Reason)
+		}
+		noSecret("read_file "+p, body)
+	}
+	if res, body := h.call("read_file", map[string]any{"path": "workspace/src/MAIN.PY"}); res.Verdict != "allow" || !strings.Contains(*res.Output, "hello") {
+		t.Errorf("read_file MAIN.PY: %s/%s, want allow and the file: %s", res.Verdict, res.Reason, body)
+	}
+	res, body := h.call("write_file", map[string]any{"path": "workspace/src/.ENV", "content": "pwned\n"})
+	if res.Verdict != "deny" || res.Reason != "never_listed" {
+		t.Errorf("write_file .ENV: %s/%s, want deny/never_listed: %s", res.Verdict, res.Reason, body)
+	}
+	res, body = h.call("delete_file", map[string]any{"path": "workspace/src/Id.Pem"})
+	if res.Verdict != "deny" || res.Reason != "never_listed" {
+		t.Errorf("delete_file Id.Pem: %s/%s, want deny/never_listed: %s", res.Verdict, res.Reason, body)
+	}
+	// Another write's temp name, spelled in capitals, is not a target.
+	tmp := filepath.Join(backing, fileop.TempPrefix+"deadbeef")
+	testutil.Must(t, os.WriteFile(tmp, []byte("in flight\n"), 0o600))
+	res, body = h.call("write_file", map[string]any{"path": "workspace/src/" + strings.ToUpper(fileop.TempPrefix) + "deadbeef", "content": "x\n"})
+	if res.Verdict != "deny" || res.Reason != "invalid_path" {
+		t.Errorf("write_file over a temp name in capitals: %s/%s, want deny/invalid_path: %s", res.Verdict, res.Reason, body)
+	}
+	if b, _ := os.ReadFile(tmp); string(b) != "in flight\n" {
+		t.Errorf("the temp file was overwritten: %q", b)
+	}
+	for f, want := range secrets {
+		if got, err := os.ReadFile(filepath.Join(backing, f)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s changed on disk: %q, %v", f, got, err)
+		}
+	}
+	for _, p := range []string{"workspace/src", "workspace/SRC/../src"} {
+		res, body = h.call("list_dir", map[string]any{"path": p})
+		if p == "workspace/src" && (res.Verdict != "allow" || res.Output == nil || !strings.Contains(*res.Output, `"main.py"`)) {
+			t.Errorf("list_dir %q: %s/%s, want allow with main.py: %s", p, res.Verdict, res.Reason, body)
+		}
+		if bytes.Contains(body, []byte(`.env`)) || bytes.Contains(body, []byte(`id.pem`)) || bytes.Contains(body, []byte(`private`)) {
+			t.Errorf("list_dir %q shows a hidden name: %s", p, body)
+		}
+	}
+	res, body = h.call("cat_secrets", map[string]any{})
+	if res.Verdict != "allow" || res.Output == nil || !strings.Contains(*res.Output, "done") {
+		t.Errorf("cat_secrets: %s/%s, want allow and done: %s", res.Verdict, res.Reason, body)
+	}
+	noSecret("cat_secrets", body)
+	if res.Output != nil && (strings.Contains(*res.Output, ".env") || strings.Contains(*res.Output, "id.pem")) {
+		t.Errorf("cat_secrets: ls shows a hidden name: %q", *res.Output)
+	}
+	if bytes.Contains(h.ledger(), []byte(escapetest.Secret)) {
+		t.Error("the secret is in the ledger")
+	}
+}

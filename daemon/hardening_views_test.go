@@ -1,0 +1,354 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/sandbox"
+)
+
+// viewsUIDs keeps these tests' containers apart from other daemons'.
+var viewsUIDs = sandbox.IDRange{First: 0x7F020000, Last: 0x7F0200FF}
+
+const viewContent = "VIEW-CONTENT-5e1d"
+
+// viewsFixture: the escape fixture (its base 0700, as a workspace under
+// a private home is) plus workspace/src/note.txt, and a manifest with
+// read_file and the execute tools given (name → manifest entry body
+// after operation/mounts/cwd).
+func viewsFixture(t *testing.T, tools map[string]string) (*escapetest.Fixture, string) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	if err := os.WriteFile(filepath.Join(fx.Base, "workspace/src/note.txt"), []byte(viewContent+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString(`{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src"]}`)
+	for name, extra := range tools {
+		fmt.Fprintf(&b, `,%q:{"operation":"execute","mounts":["workspace/src"],"cwd":"workspace/src","never":[".env","*.pem"],%s}`, name, extra)
+	}
+	b.WriteString(`}}`)
+	return fx, writeManifest(t, fx.Base, b.String())
+}
+
+// openRunDir is a run dir whose parents every user may traverse, so
+// only the run dir's own mode keeps them out.
+func openRunDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		testutil.Must(t, os.Chmod(d, 0o755))
+	}
+	return filepath.Join(dir, "run")
+}
+
+// viewAsNobody runs argv as uid/gid 65534 (no container, no principal) with
+// extra as fds 3…, and returns its combined output.
+func viewAsNobody(t *testing.T, extra []*os.File, argv ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	cmd.ExtraFiles = extra
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func countFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func callOutput(res *api.CallResult) string {
+	if res.Output == nil {
+		return res.Stderr
+	}
+	return *res.Output + res.Stderr
+}
+
+// TestViewServesOnlyItsContainers (review class 4): a local user that is
+// no container reads nothing through a live view, neither by its path in
+// the run dir nor through an fd of the view's root handed to it; the
+// tool's own container still reads through it.
+func TestViewServesOnlyItsContainers(t *testing.T) {
+	_, m := viewsFixture(t, map[string]string{"cat": `"commands":[["cat","note.txt"]],"pool":1`})
+	runDir := openRunDir(t)
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir; c.UIDRange = viewsUIDs })
+	res, body := h.call("cat", map[string]any{})
+	if res.Reason != api.ReasonAllowed || !strings.Contains(callOutput(res), viewContent) {
+		t.Fatalf("the tool's container does not read through its view: %s", body)
+	}
+	views, _ := filepath.Glob(filepath.Join(runDir, "rootfs", "v*"))
+	if len(views) != 1 {
+		t.Fatalf("views in the run dir: %v", views)
+	}
+	file := filepath.Join(views[0], "0", "note.txt")
+	if out, err := viewAsNobody(t, nil, "cat", file); err == nil || strings.Contains(out, viewContent) {
+		t.Errorf("uid 65534 read %s: %q", file, out)
+	}
+	if out, err := viewAsNobody(t, nil, "stat", filepath.Join(runDir, "rootfs")); err == nil {
+		t.Errorf("uid 65534 traversed the run dir: %q", out)
+	}
+	// Past the run dir: an fd of the view's root, as a leaked or passed
+	// one would be. The view itself must refuse.
+	root, err := os.OpenFile(views[0], unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	out, err := viewAsNobody(t, []*os.File{root}, "cat", "/proc/self/fd/3/0/note.txt")
+	if err == nil || strings.Contains(out, viewContent) || !strings.Contains(out, "Permission denied") {
+		t.Errorf("uid 65534 through an fd of the view: %v %q, want Permission denied", err, out)
+	}
+	out, err = viewAsNobody(t, []*os.File{root}, "ls", "/proc/self/fd/3/0")
+	if err == nil || strings.Contains(out, "note.txt") {
+		t.Errorf("uid 65534 listed the view: %v %q", err, out)
+	}
+}
+
+// holdScript: kids processes each open note.txt until refused and keep
+// what they got; the parent prints "TOTAL n ERRNOS" and waits to be
+// killed.
+func holdScript(kids int) string {
+	return fmt.Sprintf(`
+import os, sys, errno, time
+rs = []
+for k in range(%d):
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.close(r)
+        fds, err = [], ""
+        while True:
+            try:
+                fds.append(os.open("note.txt", os.O_RDONLY))
+            except OSError as e:
+                err = errno.errorcode.get(e.errno, str(e.errno))
+                break
+        os.write(w, ("%%d %%s\n" %% (len(fds), err)).encode())
+        time.sleep(600)
+        os._exit(0)
+    os.close(w)
+    rs.append(r)
+total, errs = 0, set()
+for r in rs:
+    n, e = os.read(r, 100).decode().split()
+    total += int(n)
+    errs.add(e)
+print("TOTAL", total, ",".join(sorted(errs)), flush=True)
+time.sleep(600)
+`, kids)
+}
+
+// holdOpen starts tool (running holdScript) streamed and returns how
+// many files its container holds open and why its processes stopped,
+// once they all have; cancel ends the call.
+func holdOpen(t *testing.T, h *harness, tool string) (total int, errs string, cancel func()) {
+	t.Helper()
+	ctx, cancelCtx := context.WithCancel(context.Background())
+	s := startStream(h.c, ctx, api.CallRequest{Tool: tool, Args: json.RawMessage(`{}`)})
+	cancel = func() {
+		cancelCtx()
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			t.Error("the held call did not end within 30 s of its cancel")
+		}
+	}
+	var out string
+	for !strings.Contains(out, "\n") {
+		ev := s.next(t, "the TOTAL line")
+		switch ev.Event {
+		case "output":
+			out += ev.Data
+		case "result":
+			cancel()
+			t.Fatalf("the call ended before printing its total: %s %q\n%s", ev.Reason, out, lastLines(h.logs.String(), 5))
+		}
+	}
+	if _, err := fmt.Sscanf(out, "TOTAL %d %s", &total, &errs); err != nil {
+		cancel()
+		t.Fatalf("output %q: %v", out, err)
+	}
+	return total, errs, cancel
+}
+
+// TestViewOpenFilesCapped (class 3): three processes of one container
+// opening files until refused hold max_open_files (default 256) between
+// them, refused
+// with EMFILE; the daemon's fds grow by about that, not by thousands; a
+// read_file meanwhile is served; and when the container is gone its fds
+// are back.
+func TestViewOpenFilesCapped(t *testing.T) {
+	_, m := viewsFixture(t, map[string]string{
+		"hold": `"commands":[["python3","-c",` + mustString(holdScript(3)) + `]],"pool":0,"timeout_ms":60000`,
+	})
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.UIDRange = viewsUIDs })
+	before := countFDs(t)
+	total, errs, cancel := holdOpen(t, h, "hold")
+	during := countFDs(t)
+	if total != 256 || errs != "EMFILE" {
+		t.Errorf("the container holds %d files open through its view (refused with %s), want 256 (max_open_files), EMFILE", total, errs)
+	}
+	if during-before > 256+40 {
+		t.Errorf("the daemon's fds went from %d to %d while a container capped at 256 held its files", before, during)
+	}
+	res, body := h.call("read_file", map[string]string{"path": "workspace/src/note.txt"})
+	if !res.OK || !strings.Contains(callOutput(res), viewContent) {
+		t.Errorf("read_file while a container is at its cap: %s", body)
+	}
+	cancel()
+	if err := testutil.Poll(10*time.Second, func() error {
+		if n := countFDs(t); n > before+8 {
+			return fmt.Errorf("daemon holds %d fds, %d before the call", n, before)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestViewFDReserve (class 3): with sluiced's limit at 1024 and a tool
+// whose cap alone would allow more, eight processes opening files until
+// refused stop at the views' budget (the limit less the reserve), and
+// the daemon still serves a read_file. A lowered hard limit cannot be
+// raised again without CAP_SYS_RESOURCE, so the test runs in a child
+// test process of its own.
+func TestViewFDReserve(t *testing.T) {
+	testutil.RequireRoot(t)
+	if os.Getenv("SLUICE_TEST_FD_RESERVE") != "1" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestViewFDReserve$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "SLUICE_TEST_FD_RESERVE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestViewFDReserve") {
+			t.Fatalf("child test: %v\n%s", err, lastLines(string(out), 30))
+		}
+		return
+	}
+	_, m := viewsFixture(t, map[string]string{
+		"hold": `"commands":[["python3","-c",` + mustString(holdScript(8)) + `]],"pool":0,"max_open_files":4096,"pids":64,"timeout_ms":60000`,
+	})
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 1024, Max: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.UIDRange = viewsUIDs })
+	total, errs, cancel := holdOpen(t, h, "hold")
+	defer cancel()
+	if n := countFDs(t); n >= 1024-64 {
+		t.Errorf("the daemon holds %d of its 1024 fds while a container holds %d files (%s)", n, total, errs)
+	}
+	if total > 1024-256 || errs != "EMFILE" {
+		t.Errorf("the container holds %d files (refused with %s), want at most the budget %d, EMFILE", total, errs, 1024-256)
+	}
+	res, body := h.call("read_file", map[string]string{"path": "workspace/src/note.txt"})
+	if !res.OK || !strings.Contains(callOutput(res), viewContent) {
+		t.Errorf("read_file while the views are at their budget: %s", body)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestContainerNofileLimit: a container's RLIMIT_NOFILE matches its
+// view's cap (default max_open_files 256, plus 64 for pipes and files
+// that do not come through the view).
+func TestContainerNofileLimit(t *testing.T) {
+	_, m := viewsFixture(t, map[string]string{
+		"limits":       `"commands":[["cat","/proc/self/limits"]],"pool":0`,
+		"limits_small": `"commands":[["cat","/proc/self/limits"]],"pool":0,"max_open_files":100`,
+	})
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.UIDRange = viewsUIDs })
+	for tool, want := range map[string]string{"limits": "320 320", "limits_small": "164 164"} {
+		res, body := h.call(tool, map[string]any{})
+		var got string
+		for _, line := range strings.Split(callOutput(res), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Max open files"); ok {
+				f := strings.Fields(rest)
+				if len(f) >= 2 {
+					got = f[0] + " " + f[1]
+				}
+			}
+		}
+		if got != want {
+			t.Errorf("%s: Max open files %q inside, want %q: %s", tool, got, want, body)
+		}
+	}
+}
+
+// TestViewReaddirMany: a directory of 5000 entries is listed whole
+// through the view's chunked stream (32 KiB of getdents at a time), a
+// never-listed name and a FIFO absent (read twice, each a fresh opendir).
+func TestViewReaddirMany(t *testing.T) {
+	fx, m := viewsFixture(t, map[string]string{
+		"ls": `"commands":[["python3","-c","import os\nfor _ in range(2):\n  n = os.listdir('many')\n  print(len(n), len(set(n)), sorted(n)[0], sorted(n)[-1], 'id.pem' in n, 'fifo' in n)"]],"pool":0`,
+	})
+	many := filepath.Join(fx.Base, "workspace/src/many")
+	if err := os.Mkdir(many, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5000 {
+		if err := os.WriteFile(filepath.Join(many, fmt.Sprintf("f%04d-%s", i, strings.Repeat("n", 40))), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Must(t, os.WriteFile(filepath.Join(many, "id.pem"), []byte(escapetest.Secret), 0o644))
+	if err := unix.Mkfifo(filepath.Join(many, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.UIDRange = viewsUIDs })
+	res, body := h.call("ls", map[string]any{})
+	line := fmt.Sprintf("5000 5000 f0000-%s f4999-%s False False\n", strings.Repeat("n", 40), strings.Repeat("n", 40))
+	if callOutput(res) != line+line {
+		t.Errorf("listing through the view: %q, want twice %q: %s", callOutput(res), line, body)
+	}
+}
+
+// TestDaemonRaisesNofile: sluiced raises its soft RLIMIT_NOFILE to the
+// hard limit when it starts, whatever the process lowered it to.
+func TestDaemonRaisesNofile(t *testing.T) {
+	testutil.RequireRoot(t)
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	hard := lim.Max
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 512, Max: hard}); err != nil {
+		t.Fatal(err)
+	}
+	orig := lim
+	t.Cleanup(func() { unix.Setrlimit(unix.RLIMIT_NOFILE, &orig) })
+	fx := escapetest.Build(t)
+	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src"]}}}`)
+	start(t, m, securefs.ModeAuto)
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur != hard {
+		t.Errorf("soft RLIMIT_NOFILE %d after the daemon started, want the hard limit %d", lim.Cur, hard)
+	}
+}
+
+func mustString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

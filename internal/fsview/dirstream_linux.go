@@ -1,0 +1,142 @@
+package fsview
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// dirBufSize is how much of a directory one getdents call reads: a
+// readdir costs memory for one chunk, never for every name at once (a
+// directory of a million entries is listed 32 KiB at a time).
+const dirBufSize = 32 << 10
+
+// dir is an open directory of the view: its fd (counted against its
+// opener, like an open file), read in chunks as the kernel asks, each
+// entry filtered as a lookup of it would be.
+type dir struct {
+	n   *node
+	own *holder
+
+	mu   sync.Mutex
+	fd   int
+	buf  []byte
+	todo []byte
+	// next is the entry HasNext found and Next hands out.
+	next    *fuse.DirEntry
+	errno   syscall.Errno
+	eof     bool
+	relBase string
+}
+
+var (
+	_ fs.FileReaddirenter = (*dir)(nil)
+	_ fs.FileSeekdirer    = (*dir)(nil)
+	_ fs.FileReleasedirer = (*dir)(nil)
+)
+
+func newDir(n *node, fd int, own *holder) *dir {
+	d := &dir{n: n, own: own, fd: fd}
+	if n.rel != "" {
+		d.relBase = n.rel + "/"
+	}
+	return d
+}
+
+// fill finds the next shown entry, reading another chunk when the last is
+// used up. d.mu is held.
+func (d *dir) fill() {
+	for d.next == nil && d.errno == 0 && !d.eof {
+		if len(d.todo) == 0 {
+			if d.buf == nil {
+				d.buf = make([]byte, dirBufSize)
+			}
+			n, err := unix.Getdents(d.fd, d.buf)
+			if err != nil {
+				d.errno = syscall.EIO
+				return
+			}
+			if n == 0 {
+				d.eof = true
+				d.buf = nil // nothing more to read: give the chunk back
+				return
+			}
+			d.todo = d.buf[:n]
+		}
+		var de fuse.DirEntry
+		used := de.Parse(d.todo)
+		d.todo = d.todo[used:]
+		if e, ok := d.shown(de); ok {
+			d.next = &e
+		}
+	}
+}
+
+// shown applies the view's rules to one entry: the never globs by its
+// path from the mount, then its type, read with fstatat on the held
+// directory fd without following it (one name, no path to lead
+// elsewhere). The entry's offset is the directory's own, so Seekdir can
+// go back to it.
+func (d *dir) shown(de fuse.DirEntry) (fuse.DirEntry, bool) {
+	if de.Name == "." || de.Name == ".." || de.Name == "" {
+		return de, false
+	}
+	if h := d.n.hide; h != nil && h(d.n.m, d.relBase+de.Name) {
+		return de, false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(d.fd, de.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return de, false
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR, unix.S_IFREG, unix.S_IFLNK:
+		return fuse.DirEntry{Name: de.Name, Mode: st.Mode & unix.S_IFMT, Ino: st.Ino, Off: de.Off}, true
+	}
+	return de, false
+}
+
+func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd < 0 {
+		return nil, syscall.EBADF
+	}
+	d.fill()
+	if d.next == nil {
+		errno := d.errno
+		d.errno = 0
+		return nil, errno
+	}
+	e := d.next
+	d.next = nil
+	return e, 0
+}
+
+// Seekdir goes back (or on) to an offset the stream handed out, or 0.
+func (d *dir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd < 0 {
+		return syscall.EBADF
+	}
+	if _, err := unix.Seek(d.fd, int64(off), unix.SEEK_SET); err != nil {
+		return syscall.EINVAL
+	}
+	d.todo, d.next, d.errno, d.eof = nil, nil, 0, false
+	return 0
+}
+
+func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd >= 0 {
+		unix.Close(d.fd)
+		d.fd = -1
+		d.buf, d.todo, d.next = nil, nil, nil
+		give(d.own)
+	}
+}

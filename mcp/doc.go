@@ -6,7 +6,8 @@
 // tools that principal may call, forwards each tools/call as a streamed
 // POST /v1/calls, turns notifications/cancelled into POST
 // /v1/calls/{id}/cancel, and follows GET /v1/events to send
-// tools/list_changed after a reload (docs/design.md, "sluice mcp").
+// tools/list_changed after a reload (docs/api.md). Like any client it sits
+// above the layers of docs/design.md §2 and imports only api and client.
 //
 // Everything a tool returns is untrusted data (file contents, command
 // output); the server's instructions tell the model so. Logs go to stderr:

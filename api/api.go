@@ -41,12 +41,17 @@ const (
 	ReasonApprovalDenied      Reason = "approval_denied"
 	ReasonApprovalExpired     Reason = "approval_expired"
 	ReasonTaskCancelled       Reason = "task_cancelled"
-	ReasonPreconditionFailed  Reason = "precondition_failed"
-	ReasonAuditUnavailable    Reason = "audit_unavailable"
-	ReasonTimeout             Reason = "timeout"
-	ReasonLimitExceeded       Reason = "limit_exceeded"
-	ReasonBusy                Reason = "busy"     // no container slot within the queue wait; nothing ran
-	ReasonShutdown            Reason = "shutdown" // sluiced stopped before the call finished
+	// ReasonCancelled: the call itself was cancelled (POST
+	// /v1/calls/{id}/cancel, e.g. sluice mcp on notifications/cancelled)
+	// or its client went away: a running command is killed, a parked
+	// call ends, a write not yet committed does not commit.
+	ReasonCancelled          Reason = "cancelled"
+	ReasonPreconditionFailed Reason = "precondition_failed"
+	ReasonAuditUnavailable   Reason = "audit_unavailable"
+	ReasonTimeout            Reason = "timeout"
+	ReasonLimitExceeded      Reason = "limit_exceeded"
+	ReasonBusy               Reason = "busy"     // no container slot within the queue wait; nothing ran
+	ReasonShutdown           Reason = "shutdown" // sluiced stopped before the call finished
 	// ReasonNoSpace: the target file system (or the ledger's) is below its
 	// reserve or full (ENOSPC, EDQUOT); nothing was changed.
 	ReasonNoSpace Reason = "no_space"
@@ -69,7 +74,7 @@ var Reasons = []Reason{
 	ReasonInvalidPath, ReasonOutsideRoots, ReasonNeverListed, ReasonNotFound,
 	ReasonNotAFile, ReasonNotADirectory, ReasonUnsupportedFileType,
 	ReasonCommandNotAllowed, ReasonApprovalRequired, ReasonApprovalDenied,
-	ReasonApprovalExpired, ReasonTaskCancelled, ReasonPreconditionFailed,
+	ReasonApprovalExpired, ReasonTaskCancelled, ReasonCancelled, ReasonPreconditionFailed,
 	ReasonAuditUnavailable, ReasonTimeout, ReasonLimitExceeded, ReasonBusy, ReasonShutdown,
 	ReasonNoSpace, ReasonNotDurable, ReasonKilled, ReasonInternalError,
 }
@@ -340,6 +345,33 @@ type TaskCancel struct {
 	Task       string `json:"task"`
 	Generation uint64 `json:"generation"`
 	Ended      int    `json:"ended"` // calls in flight it ended
+}
+
+// CallCancel answers POST /v1/calls/{call_id}/cancel: the call was told to
+// end; its result (reason cancelled) follows on its own stream and in the
+// ledger.
+type CallCancel struct {
+	CallID string `json:"call_id"`
+}
+
+// Daemon event kinds, on GET /v1/events.
+const (
+	// DaemonEventSubscribed is the first line: the follower is subscribed,
+	// and PolicyVersion is the version in force.
+	DaemonEventSubscribed = "subscribed"
+	// DaemonEventPolicyLoaded: a reload put PolicyVersion in force (the
+	// tools a principal may call may have changed).
+	DaemonEventPolicyLoaded = "policy_loaded"
+	// DaemonEventDropped: the follower fell behind and the stream ends;
+	// subscribe again (and re-read what may have changed).
+	DaemonEventDropped = "dropped"
+)
+
+// DaemonEvent is one line of GET /v1/events.
+type DaemonEvent struct {
+	Event         string `json:"event"`
+	PolicyVersion string `json:"policy_version,omitempty"`
+	Message       string `json:"message,omitempty"`
 }
 
 // ErrConflict: the approval was already decided, or does not exist.

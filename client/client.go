@@ -204,3 +204,44 @@ func (c *Client) CancelTask(ctx context.Context, task string) (*api.TaskCancel, 
 	var t api.TaskCancel
 	return &t, c.getJSON(ctx, http.MethodPost, "/v1/tasks/"+url.PathEscape(task)+"/cancel", nil, &t)
 }
+
+// CancelCall ends one call in flight (the caller's own; an approver's any)
+// with reason cancelled. An unknown id, or another principal's call, is a
+// 404 APIError.
+func (c *Client) CancelCall(ctx context.Context, callID string) (*api.CallCancel, error) {
+	var cc api.CallCancel
+	return &cc, c.getJSON(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/cancel", nil, &cc)
+}
+
+// ErrEventsEnded: the daemon ended the event stream (it stopped, or
+// dropped a follower that fell behind).
+var ErrEventsEnded = errors.New("sluiced ended the event stream")
+
+// Events follows GET /v1/events, handing each event to fn as it arrives
+// (the first is "subscribed", with the policy version in force). It
+// returns fn's error, ctx's, or ErrEventsEnded when the daemon ends the
+// stream (it stopped, or dropped this follower).
+func (c *Client) Events(ctx context.Context, fn func(api.DaemonEvent) error) error {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/events", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		var ev api.DaemonEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return fmt.Errorf("bad event from sluiced: %w", err)
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("event stream from sluiced at %s: %w", c.Socket, err)
+	}
+	return ErrEventsEnded
+}

@@ -288,7 +288,7 @@ func TestContainerAdmission(t *testing.T) {
 			t.Fatalf("stream: %v", err)
 		}
 		gone := <-decided
-		if rec := ledgerResult(t, h, gone); rec["reason"] != string(api.ReasonInternalError) {
+		if rec := ledgerResult(t, h, gone); rec["reason"] != string(api.ReasonCancelled) {
 			t.Fatalf("the call that left: %v", rec)
 		}
 		begin := time.Now()

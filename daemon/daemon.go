@@ -195,6 +195,7 @@ type Daemon struct {
 	slots     *admission // containers running calls
 	calls     *registry  // calls in flight, by id and task
 	approvals *approvals // calls waiting for a human
+	events    *eventHub  // followers of GET /v1/events
 	locks     fileop.Locks
 	temps     *tempJournal
 	// stopCalls ends every call's context with errShutdown.
@@ -215,6 +216,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls
 	d.approvals = newApprovals(cfg.MaxParked)
+	d.events = newEventHub()
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}
@@ -385,6 +387,7 @@ func Run(ctx context.Context, cfg Config) error {
 // shutdown. Only after every handler has returned does Run close the
 // ledger. The whole stop takes at most grace + 2 s.
 func (d *Daemon) shutdown(srv *http.Server) {
+	d.events.close() // event streams end now, so their connections go idle
 	served := make(chan struct{})
 	go func() {
 		// Closes the listener now; returns once every connection is idle.
@@ -497,6 +500,7 @@ func (d *Daemon) reload() (*policy, error) {
 	d.mu.Unlock()
 	old.retire()
 	d.log.Info("manifest reloaded", "policy_version", np.m.Version, "previous", old.m.Version)
+	d.events.publish(api.DaemonEvent{Event: api.DaemonEventPolicyLoaded, PolicyVersion: np.m.Version})
 	return np, nil
 }
 

@@ -259,7 +259,7 @@ func TestExecuteOutputAndStreaming(t *testing.T) {
 	})
 	// Killed, not run to its end: a command that finished would be
 	// "allowed" with exit code 0.
-	if !bytes.Contains(result, []byte(`"reason":"internal_error"`)) || bytes.Contains(result, []byte(`"exit_code":0`)) {
+	if !bytes.Contains(result, []byte(`"reason":"cancelled"`)) || bytes.Contains(result, []byte(`"exit_code":0`)) {
 		t.Fatalf("the abandoned call's result: %s", result)
 	}
 }

@@ -26,6 +26,7 @@ func (d *Daemon) routes() http.Handler {
 		"/v1/tools":     {method: http.MethodGet, h: d.handleTools},
 		"/v1/reload":    {method: http.MethodPost, h: d.handleReload},
 		"/v1/approvals": {method: http.MethodGet, h: d.handleApprovals},
+		"/v1/events":    {method: http.MethodGet, h: d.handleEvents},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		peer, ok := peerFrom(r.Context())
@@ -52,7 +53,8 @@ func (d *Daemon) routes() http.Handler {
 }
 
 // paramRoute matches the routes that carry an id in the path:
-// /v1/approvals/{id} and /v1/tasks/{task}/cancel. The segment is taken
+// /v1/approvals/{id}, /v1/calls/{call_id}/cancel and
+// /v1/tasks/{task}/cancel. The segment is taken
 // from the escaped path, so a task id may hold any character but a
 // control one.
 func (d *Daemon) paramRoute(r *http.Request) (route, bool) {
@@ -65,6 +67,17 @@ func (d *Daemon) paramRoute(r *http.Request) (route, bool) {
 		return route{method: http.MethodPost, h: func(w http.ResponseWriter, r *http.Request, peer Peer) {
 			d.handleApprovalDecide(w, r, peer, id)
 		}}, true
+	}
+	if rest, ok := strings.CutPrefix(p, "/v1/calls/"); ok {
+		if seg, ok := strings.CutSuffix(rest, "/cancel"); ok && seg != "" && !strings.Contains(seg, "/") {
+			id, err := url.PathUnescape(seg)
+			if err != nil {
+				return route{}, false
+			}
+			return route{method: http.MethodPost, h: func(w http.ResponseWriter, r *http.Request, peer Peer) {
+				d.handleCallCancel(w, r, peer, id)
+			}}, true
+		}
 	}
 	if rest, ok := strings.CutPrefix(p, "/v1/tasks/"); ok {
 		if seg, ok := strings.CutSuffix(rest, "/cancel"); ok && seg != "" && !strings.Contains(seg, "/") {

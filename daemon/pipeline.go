@@ -20,11 +20,14 @@ type call struct {
 	*decoded
 	d     *Daemon
 	p     *policy
-	ctx   context.Context // ends with a cause: errClientGone, errTaskCancelled, errShutdown
+	ctx   context.Context // ends with a cause: errClientGone, errCallCancelled, errTaskCancelled, errShutdown
 	stop  context.CancelCauseFunc
 	peer  Peer
 	start time.Time
 	id    string
+	// owner is the principal the peer mapped to when the call began: only
+	// it (or an approver) may cancel the call by id.
+	owner string
 	task  taskKey // (principal, task id) when the call names a task
 	gen   uint64  // the task's generation when the call was decided
 	// approvalID is set once the call waited for a human; its decision
@@ -39,19 +42,33 @@ type call struct {
 // Causes a call's context ends with; each becomes its reason.
 var (
 	errClientGone    = errors.New("the client went away")
+	errCallCancelled = errors.New("the call was cancelled")
 	errTaskCancelled = errors.New("the call's task was cancelled")
 	errShutdown      = errors.New("sluiced is shutting down")
 )
 
+// cancelError is the cause of a call cancelled by id; it names who
+// cancelled it, for the result record.
+type cancelError struct{ by string }
+
+func (e *cancelError) Error() string        { return "cancelled by " + e.by }
+func (e *cancelError) Is(target error) bool { return target == errCallCancelled }
+
 // endReason maps why a call's context ended to its stable reason.
 func (c *call) endReason() api.Reason {
-	switch context.Cause(c.ctx) {
+	cause := context.Cause(c.ctx)
+	if errors.Is(cause, errCallCancelled) {
+		return api.ReasonCancelled
+	}
+	switch cause {
 	case errTaskCancelled:
 		return api.ReasonTaskCancelled
 	case errShutdown:
 		return api.ReasonShutdown
+	case errClientGone: // nobody to tell, but the ledger says so
+		return api.ReasonCancelled
 	}
-	return api.ReasonInternalError // the client went away: nobody to tell
+	return api.ReasonInternalError
 }
 
 func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
@@ -230,6 +247,10 @@ func (c *call) auditResult(o *outcome) (uint64, error) {
 		Tool: c.req.Tool, Verdict: string(c.dec.WireVerdict()), Reason: string(o.reason), PolicyVersion: c.p.m.Version,
 		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated,
 			DurationMS: c.elapsedMS(), ExitCode: o.exitCode, SHA256: o.digest, Size: o.size, Durable: o.durable, Signal: o.signal},
+	}
+	var ce *cancelError
+	if o.reason == api.ReasonCancelled && errors.As(context.Cause(c.ctx), &ce) {
+		rec.Detail = ce.Error()
 	}
 	if c.dec.Resource != nil {
 		rec.Resource = c.dec.Resource.Path

@@ -61,9 +61,9 @@ func (g *registry) begin(d *Daemon, p *policy, peer Peer, dc *decoded, start tim
 	defer g.mu.Unlock()
 	g.calls[c.id] = c
 	g.n++
+	c.owner, _ = p.m.Identify(peer.UID, peer.GID)
 	if t := dc.req.Task; t != "" {
-		name, _ := p.m.Identify(peer.UID, peer.GID)
-		c.task = taskKey{name, t}
+		c.task = taskKey{c.owner, t}
 		ts := g.task(c.task)
 		ts.calls[c] = struct{}{}
 		ts.lastUsed = g.now()
@@ -135,6 +135,22 @@ func (g *registry) cancelTask(keys []taskKey) (int, uint64) {
 		gen = max(gen, ts.gen)
 	}
 	return n, gen
+}
+
+// cancelCall ends the call with this id, in flight, with a cancelError
+// naming by, when principal is its owner or the canceller is an approver.
+// It reports false both for an unknown id and for another principal's
+// call, so that ids cannot be probed. A peer that maps to no principal
+// (principal "") owns nothing.
+func (g *registry) cancelCall(id, principal string, approver bool, by string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.calls[id]
+	if c == nil || !(approver || (principal != "" && c.owner == principal)) {
+		return false
+	}
+	c.stop(&cancelError{by: by})
+	return true
 }
 
 // use marks the call's task as used by an allowed (or pending) call of

@@ -56,3 +56,28 @@ func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer P
 	d.log.Info("task cancelled", "task", task, "of", owners, "by", name, "calls_ended", n, "generation", gen)
 	writeJSON(w, http.StatusOK, api.TaskCancel{Task: task, Generation: gen, Ended: n})
 }
+
+// handleCallCancel is POST /v1/calls/{call_id}/cancel: it ends one call in
+// flight with reason cancelled (a running command is killed, a parked call
+// ends, a write not yet committed does not commit). Only the call's own
+// principal, as SO_PEERCRED named it when the call began, or an approver
+// may cancel it. Anyone else gets the same 404 as for an unknown id: a 403
+// would tell a principal that another's call id exists (an oracle for ids
+// seen in logs or guessed). The result record, written by the call as it
+// ends, says cancelled and by whom.
+func (d *Daemon) handleCallCancel(w http.ResponseWriter, r *http.Request, peer Peer, id string) {
+	p := d.acquire()
+	name, _ := p.m.Identify(peer.UID, peer.GID)
+	approver := p.m.IsApprover(name, peer.UID)
+	p.release()
+	by := name
+	if by == "" {
+		by = "uid " + strconv.FormatUint(uint64(peer.UID), 10)
+	}
+	if !d.calls.cancelCall(id, name, approver, by) {
+		writeError(w, http.StatusNotFound, api.ErrNotFound, "no call "+strconv.Quote(id)+" of yours is in flight")
+		return
+	}
+	d.log.Info("call cancelled", "call_id", id, "by", by)
+	writeJSON(w, http.StatusOK, api.CallCancel{CallID: id})
+}

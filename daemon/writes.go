@@ -78,12 +78,20 @@ var testHookBeforeCommit func(*call)
 // errStaleTask: the call's task was cancelled between decision and commit.
 var errStaleTask = errors.New("the task was cancelled before the write committed")
 
+// errCancelledCall: the call was cancelled by id between decision and
+// commit.
+var errCancelledCall = errors.New("the call was cancelled before the write committed")
+
 // commitCheck is what must still hold when a write or delete commits: the
-// task's generation is the one the call was decided under, and if_match
+// task's generation is the one the call was decided under, the call was
+// not cancelled by id (a client merely gone does not stop it), and if_match
 // matches the file as it is now (under the per-name lock).
 func (c *call) commitCheck(cur fileop.Current) error {
 	if !c.d.calls.current(c) {
 		return errStaleTask
+	}
+	if errors.Is(context.Cause(c.ctx), errCallCancelled) {
+		return errCancelledCall
 	}
 	return fileop.MatchIfMatchContext(c.ctx, c.ifMatch, cur)
 }
@@ -94,6 +102,8 @@ func (c *call) commitOutcome(err error, op string) *outcome {
 		return &outcome{reason: c.endReason()}
 	case errors.Is(err, errStaleTask):
 		return &outcome{reason: api.ReasonTaskCancelled}
+	case errors.Is(err, errCancelledCall):
+		return &outcome{reason: api.ReasonCancelled}
 	case errors.Is(err, fileop.ErrPrecondition), errors.Is(err, fileop.ErrChanged), errors.Is(err, fileop.ErrExists),
 		errors.Is(err, fileop.ErrNotRegular), errors.Is(err, securefs.ErrNotExist):
 		// The file is not (any more) what the call required.

@@ -93,6 +93,10 @@ func forbidden(pkg, imp string) string {
 		if ours && local != "internal/securefs" && local != "api" {
 			return pkg + " serves views through securefs alone"
 		}
+	case "mcp":
+		if ours && local != "api" && local != "client" {
+			return "sluice mcp is only a client of the socket: api and client"
+		}
 	case "daemon", "sandbox":
 		if strings.HasPrefix(local, "cmd/") {
 			return "imports flow down: cmd -> daemon -> {authz, sandbox, audit} -> internal"

@@ -49,6 +49,9 @@ Commands:
   replay --manifest NEW [--json] FILE
                       Re-decide every recorded decision under NEW (no filesystem
                       access) and list what would change. Exit 1 on a broken chain.
+  mcp [--task ID]     Serve sluiced's tools to an MCP client (Claude Code, Codex,
+                      VS Code, Cursor, Gemini CLI, ...) over stdio:
+                        {"command": "sluice", "args": ["mcp"]}
   audit tail [-n N] [-f] FILE
                       Print the last N records as readable lines (-f: keep following).
 
@@ -102,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.tasks(rest[1:])
 	case "replay":
 		return e.replay(rest[1:])
+	case "mcp":
+		return e.mcp(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sluicehq/sluice/mcp"
+)
+
+const mcpHelp = `Usage: sluice mcp [--socket PATH] [--task ID]
+
+Serve sluiced's tools to an MCP client over stdio (stdin/stdout are the
+protocol; logs go to stderr). Configure the client to run
+  {"command": "sluice", "args": ["mcp"]}
+Its principal is the user that runs it: it can do nothing the socket
+would not allow. It exits when stdin closes.
+
+  --task ID   the task id of every call (recorded in the audit);
+              "sluice tasks cancel ID" then ends this session's calls
+`
+
+// mcp runs the MCP bridge until the client closes stdin.
+func (e *env) mcp(args []string) int {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	task := fs.String("task", "", "the task id of every call")
+	pos, code, ok := e.parse(fs, args, mcpHelp)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		fmt.Fprint(e.stderr, mcpHelp)
+		return ExitUsage
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	b := mcp.New(mcp.Options{Socket: e.socket, Logger: log, Task: *task})
+	if err := b.Run(e.ctx, &sdk.StdioTransport{}); err != nil {
+		fmt.Fprintf(e.stderr, "sluice mcp: %v\n", err)
+		return ExitFailed
+	}
+	return ExitOK
+}

@@ -1,0 +1,130 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/api"
+)
+
+// eventBuffer is how many events a subscriber may fall behind before it is
+// dropped: a reader that stalls must never hold up a reload.
+const eventBuffer = 16
+
+// eventHub fans daemon events (a reload's policy_loaded) out to the
+// followers of GET /v1/events. Publishing never blocks: a subscriber whose
+// buffer is full is dropped and told so.
+type eventHub struct {
+	mu     sync.Mutex
+	subs   map[*subscriber]struct{}
+	closed bool
+}
+
+type subscriber struct {
+	ch      chan api.DaemonEvent // closed when dropped or at shutdown
+	dropped bool                 // set under eventHub.mu before ch closes
+}
+
+func newEventHub() *eventHub { return &eventHub{subs: map[*subscriber]struct{}{}} }
+
+// subscribe adds a follower; nil once the hub is closed (shutting down).
+func (h *eventHub) subscribe() *subscriber {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	s := &subscriber{ch: make(chan api.DaemonEvent, eventBuffer)}
+	h.subs[s] = struct{}{}
+	return s
+}
+
+func (h *eventHub) unsubscribe(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.subs[s]; ok {
+		delete(h.subs, s)
+		close(s.ch)
+	}
+}
+
+// publish hands ev to every follower without waiting for any.
+func (h *eventHub) publish(ev api.DaemonEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs {
+		select {
+		case s.ch <- ev:
+		default:
+			s.dropped = true
+			delete(h.subs, s)
+			close(s.ch)
+		}
+	}
+}
+
+// close ends every stream (shutdown): the server's Shutdown then finds
+// those connections idle.
+func (h *eventHub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for s := range h.subs {
+		delete(h.subs, s)
+		close(s.ch)
+	}
+}
+
+// handleEvents is GET /v1/events: an NDJSON stream, one event a line,
+// flushed as it happens. The first line, "subscribed", carries the policy
+// version in force once the follower is subscribed, so a reload between a
+// client's GET /v1/tools and its subscription is not missed; then one
+// "policy_loaded" per successful reload. A follower that falls
+// eventBuffer events behind gets a "dropped" line and the stream ends; at
+// shutdown the stream ends. Any peer may follow it: it reveals only the
+// policy version, which /v1/health shows everyone.
+func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, _ Peer) {
+	s := d.events.subscribe()
+	if s == nil {
+		writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable, "sluiced is shutting down")
+		return
+	}
+	defer d.events.unsubscribe(s)
+	rc := http.NewResponseController(w)
+	// A follower sends nothing more: the read deadline must not end it.
+	_ = rc.SetReadDeadline(time.Time{})
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	send := func(ev api.DaemonEvent) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(d.cfg.WriteTimeout))
+		return enc.Encode(ev) == nil && rc.Flush() == nil
+	}
+	p := d.acquire()
+	version := p.m.Version
+	p.release()
+	if !send(api.DaemonEvent{Event: api.DaemonEventSubscribed, PolicyVersion: version}) {
+		return
+	}
+	for {
+		select {
+		case ev, ok := <-s.ch:
+			if !ok {
+				d.events.mu.Lock()
+				dropped := s.dropped
+				d.events.mu.Unlock()
+				if dropped {
+					send(api.DaemonEvent{Event: api.DaemonEventDropped, Message: "this follower fell behind and was dropped; subscribe again"})
+				}
+				return
+			}
+			if !send(ev) {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}

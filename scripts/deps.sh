@@ -2,12 +2,20 @@
 # Installs what building and testing sluice needs, only what is missing:
 # Debian packages through apt (gcc and pkg-config for cgo, libseccomp-dev
 # for seccomp, python3 for the demo workspace's tests, systemd for
-# systemd-analyze, which checks the units), and Go modules.
+# systemd-analyze, which checks the units; node and npm for the MCP e2e test
+# with the official TypeScript client, unless SLUICE_DEPS_NODE=0), and Go
+# modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export PATH="/usr/local/go/bin:$PATH"
 pkgs=(gcc libc6-dev pkg-config libseccomp-dev python3 systemd ${EXTRA_APT_PACKAGES:-})
+# node and npm may come from elsewhere (nodesource, nvm): only a missing
+# command is installed from apt.
+if [ "${SLUICE_DEPS_NODE:-1}" != 0 ]; then
+  command -v node >/dev/null || pkgs+=(nodejs)
+  command -v npm >/dev/null || pkgs+=(npm)
+fi
 need=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")

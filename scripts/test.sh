@@ -46,6 +46,11 @@ fi
 echo "ok  	systemd units" | tee -a "$log"
 systemd-analyze security --offline=yes "$units/sluiced.service" 2>/dev/null | tail -n 1 || true
 
+echo "== the pinned MCP TypeScript SDK (e2e/mcp, npm ci)"
+if [ ! -d e2e/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+  (cd e2e/mcp && npm ci --prefer-offline --no-audit --no-fund)
+fi
+
 echo "== unit and e2e tests"
 SLUICE_BIN_DIR="$PWD/bin" go test $TAGS -count=1 ./... 2>&1 | tee -a "$log"
 

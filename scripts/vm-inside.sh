@@ -173,11 +173,14 @@ restart_and_check bin/sluiced
 PID=$(prop MainPID)
 lap "upgrade and rollback"
 
+# All of it but the MCP test with the TypeScript client: it needs npm's
+# registry, which the VM has not; make test runs it on the host, and
+# TestMCPStdio drives the same bridge here with the Go SDK.
 step "the e2e suite against the systemd-managed daemon (SLUICE_E2E_SOCKET=$SOCK)"
 mkdir -p "$E2E_TMP"
 set +e
 SLUICE_E2E_SOCKET=$SOCK TMPDIR=$E2E_TMP SLUICE_BIN_DIR=/usr/local/bin \
-  go test -trimpath -tags seccomp -count=1 -timeout 30m -v ./e2e/ 2>&1 | tee /tmp/e2e.log | grep -E '^(---|ok|FAIL|PASS|e2e:|panic)|^\s+\S+_test\.go:'
+  go test -trimpath -tags seccomp -count=1 -timeout 30m -v -skip '^TestMCPTypeScriptClient$' ./e2e/ 2>&1 | tee /tmp/e2e.log | grep -E '^(---|ok|FAIL|PASS|e2e:|panic)|^\s+\S+_test\.go:'
 rc=${PIPESTATUS[0]}
 set -e
 ((rc == 0)) || fail "the e2e suite failed (exit $rc; /tmp/e2e.log in the VM)"

@@ -4,7 +4,9 @@
 # workspace; the "agent" (uid 65534, as the manifest's principals say)
 # makes calls through the CLI, each with its verdict and reason; an
 # operator (root, the approver) approves a call from a second CLI and
-# cancels a task; the audit ledger is verified and shown; the daemon stops.
+# cancels a task; the same calls go through `sluice mcp` from the official
+# TypeScript MCP client (e2e/mcp/demo.mjs); the audit ledger is verified
+# and shown; the daemon stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -112,6 +114,14 @@ agent tasks cancel demo-task | sed 's/^/  | /'
 set +e; wait "$slow"; set -e
 echo "=> the job ended after $(( ($(date +%s%N) - start_ns) / 1000000 )) ms: $(sed -n 's/.*"reason":"\([a-z_]*\)".*/\1/p' "$tmp/slow.out" | tail -n 1)"
 step "a new call with the cancelled task" read_file '{"path":"workspace/src/calc.py"}' --task demo-task
+
+bold "== the same daemon through MCP: sluice mcp, driven by the official TypeScript SDK"
+if [ ! -d e2e/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+  (cd e2e/mcp && npm ci --prefer-offline --no-audit --no-fund)
+fi
+# The client spawns the server as an agent would, as the agent's uid.
+SLUICE_MANIFEST=$manifest SLUICE_AUDIT=$tmp/state/audit.jsonl SLUICED_PID=$pid node e2e/mcp/demo.mjs -- \
+  setpriv --reuid=65534 --regid=65534 --clear-groups "$tmp/sluice" mcp --socket "$SLUICE_SOCKET" --task mcp-demo
 
 bold "== the audit ledger: sluice audit verify"
 ops audit verify "$tmp/state/audit.jsonl"

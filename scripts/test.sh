@@ -17,6 +17,17 @@ echo "== gofmt, go vet"
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then echo "gofmt would change: $bad" >&2; exit 1; fi
 go vet $TAGS ./...
+# api/ and client/ are imported by orchestrators on any OS, and the CLI
+# (sluice, sluice mcp) runs wherever its user is: the tree must build off
+# Linux too. Linux-only code is *_linux.go (or //go:build linux) with an
+# *_other.go twin that returns ErrUnsupported.
+echo "== darwin and windows (go vet, go build ./api ./client ./cmd/sluice)"
+for goos in darwin windows; do
+  if ! GOOS=$goos CGO_ENABLED=0 go vet ./... || ! GOOS=$goos CGO_ENABLED=0 go build ./api ./client ./cmd/sluice; then
+    echo "test: GOOS=$goos does not build: give Linux-only code a _linux.go name (or //go:build linux) and an _other.go twin that returns ErrUnsupported" >&2
+    exit 1
+  fi
+done
 
 log=$(mktemp)
 units=$(mktemp -d)

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command execbench measures executing /bin/true and cat of a 4 KiB file
 // (a) directly, (b) with bwrap --unshare-all and read-only binds, (c) with
 // runc run on an equivalent bundle (same uid, no capabilities,

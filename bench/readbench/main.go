@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command readbench measures read_file of a 4 KiB file through sluiced
 // over its unix socket against, in the same run: the transport floor (a
 // no-op HTTP server on a unix socket, in its own process, answering the

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package errclass turns an error into the stable reason a caller sees, in
 // one place (containerd's errdefs style): file tools, views, containers
 // and the ledger all reach the same reason for the same errno, as long as

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command unitsim approximates the seccomp rules that systemd installs
 // for sluiced.service's hardening options (SystemCallFilter= deny list,
 // ProtectKernelLogs=, RestrictAddressFamilies=, RestrictNamespaces= with

@@ -13,13 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrUnavailable means the ledger cannot take or keep a record: the caller
-// must not run the call (fail closed).
-var ErrUnavailable = errors.New("audit ledger unavailable")
-
-// maxRecordBytes bounds one line; the daemon keeps args far below it.
-const maxRecordBytes = 1 << 20
-
 // Ledger appends hash-chained records to one file. It is safe for
 // concurrent use.
 type Ledger struct {
@@ -55,26 +48,6 @@ type Ledger struct {
 	now func() time.Time
 }
 
-// Options tune Open.
-type Options struct {
-	// Logger gets the head every few seconds (the journal's copy of the
-	// anchor), truncations and reserve trouble. Nil discards.
-	Logger *slog.Logger
-	// Reserve is how many bytes the ledger keeps preallocated beyond its
-	// end (fallocate FALLOC_FL_KEEP_SIZE), so that records, denials first
-	// of all, can still be written when the file system is full. Zero
-	// means DefaultReserve; negative, none.
-	Reserve int64
-}
-
-// DefaultReserve is the ledger's preallocated reserve: some ten thousand
-// records.
-const DefaultReserve = 4 << 20
-
-// ErrDegraded means the ledger still records but is running on its
-// reserve (its file system is full) or cannot keep one.
-var ErrDegraded = errors.New("audit ledger degraded")
-
 // headLogEvery bounds how often the head goes to the log; anchorSyncEvery
 // how often the anchor is fdatasynced on the sync path.
 const (
@@ -83,53 +56,11 @@ const (
 	reserveRetry    = time.Second
 )
 
-// Faults make the ledger fail on purpose, for tests of what its callers
-// do then (the daemon's durability rule). Production code never sets
-// them; unset, they cost one nil check.
-type Faults struct {
-	// Append, when it returns an error, fails the append of rec as a
-	// failed write(2) would.
-	Append func(rec *Record) error
-	// Sync, when it returns an error, replaces fdatasync's result.
-	Sync func() error
-}
-
 // SetFaults installs f (tests only).
 func (l *Ledger) SetFaults(f Faults) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.faults = f
-}
-
-// Recovery says what Open found at the end of an existing ledger.
-type Recovery struct {
-	CutBytes int64  // bytes of a torn last line that were cut
-	LastSeq  uint64 // the last whole record's seq
-	// Truncated is set when the ledger was behind its anchor: a truncated
-	// record was appended and the sequence continues past the anchor.
-	Truncated *Truncation
-	// AnchorErr is set when the anchor was missing beside a non-empty
-	// ledger, or damaged: the ledger could not be checked against it.
-	AnchorErr error
-}
-
-// Truncation is a ledger found behind its anchor.
-type Truncation struct {
-	Anchor   Anchor // what the anchor said
-	LastSeq  uint64 // the last record left
-	LastHash string
-	// Replaced: the ledger reaches the anchored seq but the record there
-	// is another one (records were cut and others written in their place).
-	Replaced bool
-}
-
-func (t *Truncation) String() string {
-	if t.Replaced {
-		return fmt.Sprintf("ledger does not match its anchor: the anchor says seq %d has hash %s, the ledger holds another record there (last seq %d, hash %s); records were replaced",
-			t.Anchor.Seq, t.Anchor.Hash, t.LastSeq, t.LastHash)
-	}
-	return fmt.Sprintf("ledger behind its anchor: the anchor says seq %d hash %s, the ledger ends at seq %d hash %s; %d records were cut",
-		t.Anchor.Seq, t.Anchor.Hash, t.LastSeq, t.LastHash, t.Anchor.Seq-t.LastSeq)
 }
 
 // Open is OpenWith with the default Options.
@@ -406,12 +337,6 @@ func (l *Ledger) recoverTail(rec *Recovery) error {
 	}
 	l.seq, l.synced, l.prev = last.Seq, last.Seq, last.Hash
 	return nil
-}
-
-// Stats are counters since Open.
-type Stats struct {
-	Records uint64 // records appended
-	Syncs   uint64 // fdatasync calls made
 }
 
 // Stats returns counters since Open: Records/Syncs is how well group

@@ -137,7 +137,7 @@ func (a *approvals) list() []*parked {
 
 func newApprovalID() string { return "a-" + strings.TrimPrefix(newCallID(), "c-") }
 
-// awaitApproval is DESIGN §1 step 6. The pending decision is made durable
+// awaitApproval is docs/design.md §1 step 5. The pending decision is made durable
 // and announced (streamed callers get a pending decision event with the
 // approval id at once; others wait); the call then holds no fd and no
 // container, and not even its policy, until an approver decides, the

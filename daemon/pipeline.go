@@ -114,7 +114,7 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 	c.pipeline(em)
 }
 
-// pipeline is DESIGN §1 steps 2-10 for buffered and streamed calls alike.
+// pipeline is docs/design.md §1 steps 2-9 for buffered and streamed calls alike.
 //
 // Durability: the decision is appended before anything runs. For
 // operations with effects (write, delete, execute) it is made durable

@@ -7,17 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
@@ -34,25 +29,7 @@ const agentUID = 4242
 // (SO_PEERCRED reports the effective uid at connect; the fs uid stays 0 so
 // the socket's mode lets it in).
 func clientAs(socket string, uid int) *client.Client {
-	return client.NewWithDialer(socket, func(ctx context.Context) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread dies with its odd uid
-			if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
-				done <- result{err: fmt.Errorf("setresuid: %w", e)}
-				return
-			}
-			unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
-			c, err := net.Dial("unix", socket)
-			done <- result{c, err}
-		}()
-		r := <-done
-		return r.c, r.err
-	})
+	return client.NewWithDialer(socket, testutil.DialAs(socket, uid))
 }
 
 // lifecycleFixture: an agent (uid 4242) that may call everything, and ops

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -19,7 +17,6 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/client"
@@ -141,25 +138,7 @@ func (s *sluiced) running(t *testing.T, tool string) error {
 // (SO_PEERCRED reports the effective uid at connect; the fs uid stays 0 so
 // the socket's mode lets it in).
 func clientAs(socket string, uid int) *client.Client {
-	return client.NewWithDialer(socket, func(ctx context.Context) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread dies with its odd uid
-			if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
-				done <- result{err: fmt.Errorf("setresuid: %w", e)}
-				return
-			}
-			unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
-			c, err := net.Dial("unix", socket)
-			done <- result{c, err}
-		}()
-		r := <-done
-		return r.c, r.err
-	})
+	return client.NewWithDialer(socket, testutil.DialAs(socket, uid))
 }
 
 // session is an MCP client session with a bridge, connected in memory.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/fsview"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/profiles"
@@ -245,12 +246,14 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	if box == nil {
 		var err error
 		if box, err = c.p.runner.Create(et.spec); err != nil {
-			msg := "create sandbox"
+			msg, reason := "create sandbox", errclass.Reason(err) // ENOSPC no_space, EMFILE busy, …
 			if errors.As(err, new(*sandbox.IDsExhaustedError)) {
-				msg = "create sandbox: every container uid is in use"
+				// Every uid of the range runs a container: like a full
+				// admission queue, nothing ran and a retry may succeed.
+				msg, reason = "create sandbox: every container uid is in use", api.ReasonBusy
 			}
 			c.d.log.Error(msg, "err", err, "tool", c.req.Tool, "call_id", c.id)
-			return &outcome{reason: api.ReasonInternalError}
+			return &outcome{reason: reason}
 		}
 	}
 	var emit func(sandbox.Chunk)
@@ -260,7 +263,7 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	res, err := box.Exec(c.ctx, argv, c.tool.EffectiveMaxBytes(), emit)
 	if err != nil && res == nil {
 		c.d.log.Error("sandbox exec", "err", err, "call_id", c.id)
-		return &outcome{reason: api.ReasonInternalError}
+		return &outcome{reason: errclass.Reason(err)}
 	}
 	code := res.ExitCode
 	o := &outcome{output: res.Stdout, stderr: res.Stderr, truncated: res.Truncated, exitCode: &code}

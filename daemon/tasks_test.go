@@ -108,3 +108,35 @@ func TestTaskBelongsToPrincipal(t *testing.T) {
 		t.Fatalf("intruder's deploy-7: %+v %v", res, err)
 	}
 }
+
+// TestUIDRangeExhaustedIsBusy: with every container uid of the range in
+// use, another execute call ends busy (nothing ran, a retry may succeed),
+// not internal_error.
+func TestUIDRangeExhaustedIsBusy(t *testing.T) {
+	_, m := lifecycleFixture(t, "")
+	runDir := t.TempDir()
+	h := start(t, m, securefs.ModeAuto, func(c *Config) {
+		c.RunDir = runDir
+		c.UIDRange = sandbox.IDRange{First: 0x7F030000, Last: 0x7F030001} // the smallest range: two ids
+	})
+	agent := clientAs(h.socket, agentUID)
+	defer agent.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var running []*streamed
+	for i := range 2 {
+		s := startStream(agent, ctx, api.CallRequest{Tool: "sleeper"})
+		if ev := s.next(t, "a sleeper's decision"); ev.Verdict != api.VerdictAllow {
+			t.Fatalf("sleeper %d: %s", i, ev.Raw)
+		}
+		waitFor(t, "the sleeper's container", func() bool { return sandbox.Containers(runDir) > i })
+		running = append(running, s)
+	}
+	res, err := agent.Call(context.Background(), api.CallRequest{Tool: "sleeper"})
+	if err != nil || res.Verdict != api.VerdictAllow || res.OK || res.Reason != api.ReasonBusy {
+		t.Fatalf("a third sleeper with the uid range used up: %+v %v, want allow, busy", res, err)
+	}
+	cancel()
+	for _, s := range running {
+		<-s.done
+	}
+}

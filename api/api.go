@@ -316,10 +316,11 @@ type ApprovalChange struct {
 	Argv []string `json:"argv,omitempty"`
 }
 
-// FileState is a file's size and content digest.
+// FileState is a file's size and content digest (no digest for a file
+// over the 64 MiB hash cap).
 type FileState struct {
 	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Approvals is the body of GET /v1/approvals.

@@ -102,7 +102,7 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 			t.Run(fault+"/"+op, func(t *testing.T) {
 				ledger := captureLedger(t)
 				fx := escapetest.Build(t)
-				os.Chmod(fx.Base, 0o755)
+				testutil.Must(t, os.Chmod(fx.Base, 0o755))
 				m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
 				  "write_file":{"operation":"write","roots":["workspace/src"]},
 				  "delete_file":{"operation":"delete","roots":["workspace/src"]},
@@ -111,7 +111,7 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 				h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
 				src := filepath.Join(fx.Base, "workspace/src")
 				victim := filepath.Join(src, "victim.txt")
-				os.WriteFile(victim, []byte("keep"), 0o644)
+				testutil.Must(t, os.WriteFile(victim, []byte("keep"), 0o644))
 				var w *containerWatch
 				if op == "execute" {
 					w = watchContainers(t, runDir)
@@ -325,7 +325,7 @@ func TestHeadCatchesConsistentCut(t *testing.T) {
 		t.Fatalf("journal head %q does not name the last record", head)
 	}
 	cutLastLines(t, path, len(records(t, path))-n)
-	os.WriteFile(anchorPath, oldAnchor, 0o600)
+	testutil.Must(t, os.WriteFile(anchorPath, oldAnchor, 0o600))
 	if code, out := verifyCLI(t, path); code != 0 {
 		t.Fatalf("a consistent cut should fool the anchor alone: exit %d: %s", code, out)
 	}

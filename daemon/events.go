@@ -4,6 +4,8 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -21,34 +23,64 @@ const eventBuffer = 16
 type eventHub struct {
 	mu     sync.Mutex
 	subs   map[*subscriber]struct{}
+	perUID map[uint32]int // followers by peer uid
 	closed bool
 }
 
 type subscriber struct {
 	ch      chan api.DaemonEvent // closed when dropped or at shutdown
 	dropped bool                 // set under eventHub.mu before ch closes
+	uid     uint32
 }
 
 func newEventHub() *eventHub { return &eventHub{subs: map[*subscriber]struct{}{}} }
 
-// subscribe adds a follower; nil once the hub is closed (shutting down).
-func (h *eventHub) subscribe() *subscriber {
+// subscribe adds a follower of peer uid: errShutdown once the hub is
+// closed, errTooManyFollowers at a cap.
+// Followers are capped: a stream is a request without end, so the
+// connection caps (which make room only by closing idle connections)
+// would otherwise let a few uids hold every connection slot with streams.
+const (
+	maxFollowersPerUID = 8
+	maxFollowers       = 64
+)
+
+// errTooManyFollowers: the follower caps are reached.
+var errTooManyFollowers = errors.New("too many event streams are open")
+
+func (h *eventHub) subscribe(uid uint32) (*subscriber, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return nil
+		return nil, errShutdown
 	}
-	s := &subscriber{ch: make(chan api.DaemonEvent, eventBuffer)}
+	if len(h.subs) >= maxFollowers || h.perUID[uid] >= maxFollowersPerUID {
+		return nil, errTooManyFollowers
+	}
+	if h.perUID == nil {
+		h.perUID = map[uint32]int{}
+	}
+	h.perUID[uid]++
+	s := &subscriber{ch: make(chan api.DaemonEvent, eventBuffer), uid: uid}
 	h.subs[s] = struct{}{}
-	return s
+	return s, nil
 }
 
 func (h *eventHub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.subs[s]; ok {
-		delete(h.subs, s)
-		close(s.ch)
+		h.remove(s)
+	}
+}
+
+// remove ends a follower: out of the hub and its uid's count, its channel
+// closed; h.mu held.
+func (h *eventHub) remove(s *subscriber) {
+	delete(h.subs, s)
+	close(s.ch)
+	if h.perUID[s.uid]--; h.perUID[s.uid] <= 0 {
+		delete(h.perUID, s.uid)
 	}
 }
 
@@ -61,8 +93,7 @@ func (h *eventHub) publish(ev api.DaemonEvent) {
 		case s.ch <- ev:
 		default:
 			s.dropped = true
-			delete(h.subs, s)
-			close(s.ch)
+			h.remove(s)
 		}
 	}
 }
@@ -74,8 +105,7 @@ func (h *eventHub) close() {
 	defer h.mu.Unlock()
 	h.closed = true
 	for s := range h.subs {
-		delete(h.subs, s)
-		close(s.ch)
+		h.remove(s)
 	}
 }
 
@@ -87,10 +117,14 @@ func (h *eventHub) close() {
 // eventBuffer events behind gets a "dropped" line and the stream ends; at
 // shutdown the stream ends. Any peer may follow it: it reveals only the
 // policy version, which /v1/health shows everyone.
-func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, _ Peer) {
-	s := d.events.subscribe()
-	if s == nil {
+func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, peer Peer) {
+	s, err := d.events.subscribe(peer.UID)
+	if err == errShutdown {
 		writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable, "sluiced is shutting down")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusTooManyRequests, api.ErrUnavailable, fmt.Sprintf("%v: at most %d per uid and %d in all; close one and retry", err, maxFollowersPerUID, maxFollowers))
 		return
 	}
 	defer d.events.unsubscribe(s)

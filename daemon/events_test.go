@@ -105,7 +105,8 @@ func TestEventsStream(t *testing.T) {
 // its stream then says "dropped"; the others still get every event.
 func TestEventHubDropsSlowFollower(t *testing.T) {
 	h := newEventHub()
-	slow, fast := h.subscribe(), h.subscribe()
+	slow, _ := h.subscribe(1)
+	fast, _ := h.subscribe(2)
 	for i := range eventBuffer + 1 {
 		h.publish(api.DaemonEvent{Event: api.DaemonEventPolicyLoaded})
 		select {
@@ -133,7 +134,47 @@ func TestEventHubDropsSlowFollower(t *testing.T) {
 	if _, ok := <-fast.ch; ok {
 		t.Fatal("close left a stream open")
 	}
-	if h.subscribe() != nil {
+	if s, err := h.subscribe(1); s != nil || err != errShutdown {
 		t.Fatal("subscribed after close")
+	}
+}
+
+// TestEventFollowersCapped: a stream has no end, and the connection caps
+// make room only by closing idle connections, so followers are capped per
+// uid and in all; a dropped or ended follower gives its place back.
+func TestEventFollowersCapped(t *testing.T) {
+	h := newEventHub()
+	var mine []*subscriber
+	for range maxFollowersPerUID {
+		s, err := h.subscribe(7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine = append(mine, s)
+	}
+	if _, err := h.subscribe(7); err != errTooManyFollowers {
+		t.Fatalf("follower %d of one uid: %v, want errTooManyFollowers", maxFollowersPerUID+1, err)
+	}
+	// A drop (by publish) and an unsubscribe each free a place.
+	for range eventBuffer + 1 {
+		h.publish(api.DaemonEvent{Event: api.DaemonEventPolicyLoaded})
+	}
+	for _, s := range mine {
+		h.unsubscribe(s)
+	}
+	if got := h.perUID[7]; got != 0 {
+		t.Fatalf("uid 7 still counts %d followers after all were dropped", got)
+	}
+	for uid := uint32(100); len(h.subs) < maxFollowers; uid++ {
+		if _, err := h.subscribe(uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.subscribe(99); err != errTooManyFollowers {
+		t.Fatalf("follower %d in all: %v, want errTooManyFollowers", maxFollowers+1, err)
+	}
+	h.close()
+	if len(h.perUID) != 0 {
+		t.Fatalf("counts left after close: %v", h.perUID)
 	}
 }

@@ -37,11 +37,11 @@ func parkFixture(t *testing.T) (base, manifest string) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	base = t.TempDir()
-	os.Chmod(base, 0o755)
+	testutil.Must(t, os.Chmod(base, 0o755))
 	if err := os.MkdirAll(filepath.Join(base, "workspace/src"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(base, "workspace/src/a.py"), []byte("print(1)\n"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(base, "workspace/src/a.py"), []byte("print(1)\n"), 0o644))
 	manifest = writeManifest(t, base, `{"schema_version":1,
 	  "principals":{"agent":{"uids":[4242],"tools":["*"]},"agent2":{"uids":[4243],"tools":["*"]},
 	                "ops":{"uids":[0],"approver":true,"tools":[]}},
@@ -327,8 +327,8 @@ func TestParkedSpillShutdownAndSweep(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
 		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), Logger: testLogger(), ShutdownGrace: 200 * time.Millisecond}
-	os.MkdirAll(filepath.Join(cfg.StateDir, "parked"), 0o700)
-	os.WriteFile(filepath.Join(cfg.StateDir, "parked", "a-left-over.body"), []byte("{}"), 0o600)
+	testutil.Must(t, os.MkdirAll(filepath.Join(cfg.StateDir, "parked"), 0o700))
+	testutil.Must(t, os.WriteFile(filepath.Join(cfg.StateDir, "parked", "a-left-over.body"), []byte("{}"), 0o600))
 	stop := launch(t, cfg)
 	if got := spillFiles(t, cfg.StateDir); len(got) != 0 {
 		t.Fatalf("left over at start: %v", got)
@@ -406,8 +406,8 @@ func TestUnmappedFlood(t *testing.T) {
 func TestApprovalsShowChange(t *testing.T) {
 	base, m := parkFixture(t)
 	old := "one\ntwo\nthree\n"
-	os.WriteFile(filepath.Join(base, "workspace/src/notes.txt"), []byte(old), 0o644)
-	os.WriteFile(filepath.Join(base, "workspace/src/gone.txt"), []byte("bye\n"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(base, "workspace/src/notes.txt"), []byte(old), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(base, "workspace/src/gone.txt"), []byte("bye\n"), 0o644))
 	h := start(t, m, securefs.ModeAuto)
 	agent := clientAs(h.socket, agentUID)
 	defer agent.Close()
@@ -524,7 +524,7 @@ func TestUnifiedDiff(t *testing.T) {
 func TestApprovedWriteRevalidated(t *testing.T) {
 	base, m := parkFixture(t)
 	target := filepath.Join(base, "workspace/src/r.txt")
-	os.WriteFile(target, []byte("v1\n"), 0o644)
+	testutil.Must(t, os.WriteFile(target, []byte("v1\n"), 0o644))
 	h := start(t, m, securefs.ModeAuto)
 	agent := clientAs(h.socket, agentUID)
 	defer agent.Close()
@@ -535,7 +535,7 @@ func TestApprovedWriteRevalidated(t *testing.T) {
 	if ch := list[0].Change; ch == nil || !strings.Contains(ch.Diff, "-v1\n+v2\n") {
 		t.Fatalf("listed change: %+v", ch)
 	}
-	os.WriteFile(target, []byte("v1 edited\n"), 0o644)
+	testutil.Must(t, os.WriteFile(target, []byte("v1 edited\n"), 0o644))
 	if _, err := h.c.Decide(context.Background(), list[0].ApprovalID, true, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -546,4 +546,32 @@ func TestApprovedWriteRevalidated(t *testing.T) {
 		t.Fatalf("file: %q", b)
 	}
 	waitSpills(t, h.stateDir, 0)
+}
+
+// TestApprovalsListingHashCap: a parked delete of a file over the 64 MiB
+// hash cap (here a sparse 1 TiB one) is listed by its size alone, without
+// reading it: the approvals list stays fast however large the agent's
+// target (before: every listing read and hashed the whole file).
+func TestApprovalsListingHashCap(t *testing.T) {
+	base, m := parkFixture(t)
+	big, err := os.Create(filepath.Join(base, "workspace/src/huge.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Must(t, big.Truncate(1<<40))
+	testutil.Must(t, big.Close())
+	h := start(t, m, securefs.ModeAuto)
+	agent := clientAs(h.socket, agentUID)
+	defer agent.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := startStream(agent, ctx, api.CallRequest{Tool: "ask_delete", Args: mustJSON(map[string]string{"path": "workspace/src/huge.img"})})
+	if ev := s.next(t, "pending"); ev.Verdict != api.VerdictPending {
+		t.Fatalf("ask_delete: %s", ev.Raw)
+	}
+	list := waitListed(t, h, 1)
+	ch := list[0].Change
+	if ch == nil || ch.Current == nil || ch.Current.Size != 1<<40 || ch.Current.SHA256 != "" {
+		t.Fatalf("the listing of a parked delete of a 1 TiB file: %+v, want its size and no digest", ch)
+	}
 }

@@ -41,6 +41,9 @@ type dropLimiter struct {
 	now     func() time.Time
 	buckets map[uint32]*uidBucket
 	closed  bool
+	// flushing counts the summaries a timer is writing, so that close
+	// waits for them before the ledger closes.
+	flushing sync.WaitGroup
 	// summarize writes one dropped record; called without mu held.
 	summarize func(uid, gid uint32, n int)
 }
@@ -116,10 +119,14 @@ func (l *dropLimiter) flush(uid uint32) {
 	}
 	n, gid := b.dropped, b.gid
 	b.dropped, b.timer = 0, nil
-	l.mu.Unlock()
-	if n > 0 {
-		l.summarize(uid, gid, n)
+	if n == 0 {
+		l.mu.Unlock()
+		return
 	}
+	l.flushing.Add(1) // under mu, before closed can be set: close waits for it
+	l.mu.Unlock()
+	defer l.flushing.Done()
+	l.summarize(uid, gid, n)
 }
 
 // close writes every summary still owed, now, and stops the timers: it
@@ -146,6 +153,7 @@ func (l *dropLimiter) close() {
 	for _, o := range all {
 		l.summarize(o.uid, o.gid, o.n)
 	}
+	l.flushing.Wait() // a timer's summary taken before closed was set
 }
 
 // keepDecisionRecord is the limiter's one question from auditDecision:

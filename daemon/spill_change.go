@@ -155,6 +155,11 @@ func (d *Daemon) currentFile(ctx context.Context, p *policy, v *parkedView) (cur
 	if h.Kind != securefs.KindFile || h.Stat.Dev != st.Dev || h.Stat.Ino != st.Ino {
 		return nil, nil, false // changed while we looked
 	}
+	if h.Stat.Size > fileop.MaxHashBytes {
+		// As if_match and delete do: a file this large is shown by its
+		// size only, never read whole for a listing.
+		return &api.FileState{Size: h.Stat.Size}, nil, true
+	}
 	f, err := h.Open()
 	if err != nil {
 		return nil, nil, false
@@ -175,6 +180,9 @@ func (d *Daemon) currentFile(ctx context.Context, p *policy, v *parkedView) (cur
 				keep.Write(buf[:m])
 			}
 			n += int64(m)
+		}
+		if n > fileop.MaxHashBytes { // it grew while we read it
+			return &api.FileState{Size: n}, nil, true
 		}
 		if err == io.EOF {
 			break

@@ -107,6 +107,10 @@ func printChange(w io.Writer, a api.Approval) {
 			fmt.Fprintf(w, "  %s: (does not exist)\n", what)
 			return
 		}
+		if st.SHA256 == "" {
+			fmt.Fprintf(w, "  %s: %d bytes (over 64 MiB: not hashed)\n", what, st.Size)
+			return
+		}
 		fmt.Fprintf(w, "  %s: %d bytes, %s\n", what, st.Size, st.SHA256)
 	}
 	switch {

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -249,33 +248,16 @@ func (c *rawConn) finishCall(t *testing.T, what string) {
 	}
 }
 
-// dialAs connects to socket as another uid: the kernel records the
-// connecting thread's effective uid for SO_PEERCRED, so one locked thread
-// takes uid as its effective uid (keeping fsuid 0 to reach the socket)
-// and is thrown away after the connect, never unlocked.
+// dialAs connects to socket as another uid (testutil.DialAs), for raw
+// requests.
 func dialAs(t *testing.T, socket string, uid int) *rawConn {
 	t.Helper()
-	type result struct {
-		c   net.Conn
-		err error
+	c, err := testutil.DialAs(socket, uid)(context.Background())
+	if err != nil {
+		t.Fatalf("dial as uid %d: %v", uid, err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
-			done <- result{err: fmt.Errorf("setresuid: %w", e)}
-			return
-		}
-		unix.RawSyscall(unix.SYS_SETFSUID, 0, 0, 0)
-		c, err := net.Dial("unix", socket)
-		done <- result{c, err}
-	}()
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("dial as uid %d: %v", uid, r.err)
-	}
-	t.Cleanup(func() { r.c.Close() })
-	return &rawConn{Conn: r.c, r: bufio.NewReader(r.c)}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, r: bufio.NewReader(c)}
 }
 
 // TestIdleFlood: 1,100 idle connections from one peer lock no one out: a

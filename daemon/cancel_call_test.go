@@ -35,12 +35,7 @@ func TestCancelCallByID(t *testing.T) {
 	  "tools":{"write_src":{"operation":"write","roots":["workspace/src"]},
 	           "gated":{"operation":"read","roots":["workspace/src"],"approval":"human"},
 	           "sleeper":{"operation":"execute","commands":[["sleep","30"]],"timeout_ms":60000,"pool":0}}}`)
-	runDir := t.TempDir()
-	t.Cleanup(func() {
-		if left := sandbox.Leftovers(runDir); len(left) > 0 {
-			t.Errorf("left behind: %v", left)
-		}
-	})
+	runDir := checkedRunDir(t)
 	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
 	agent, intruder, ops := clientAs(h.socket, agentUID), clientAs(h.socket, intruderUID), clientAs(h.socket, 0)
 	defer agent.Close()

@@ -20,8 +20,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/client"
@@ -354,10 +352,7 @@ func TestAuditUnavailable(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=64k"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	defer unix.Unmount(state, unix.MNT_DETACH)
+	mountTmpfs(t, state, "64k")
 	h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) { c.StateDir = state })
 	res, _ := h.call("read_file", map[string]string{"path": "workspace/src/a.py"})
 	if !res.OK {

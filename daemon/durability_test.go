@@ -342,10 +342,7 @@ func TestFullDiskReserve(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=16m"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	defer unix.Unmount(state, unix.MNT_DETACH)
+	mountTmpfs(t, state, "16m")
 	h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) { c.StateDir = state })
 	if hl, err := h.c.Health(context.Background()); err != nil || hl.Status != "ok" || hl.Audit != "ok" {
 		t.Fatalf("health before: %+v %v", hl, err)

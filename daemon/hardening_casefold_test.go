@@ -19,7 +19,6 @@ import (
 	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
-	"github.com/sluicehq/sluice/sandbox"
 )
 
 // ciNode is a loopback node that looks names up as a case-insensitive
@@ -195,12 +194,7 @@ func casefoldFixture(t *testing.T) (base, backing string, h *harness) {
 	  "delete_file":{"operation":"delete","roots":["workspace/src"],`+casefoldNever+`},
 	  "cat_secrets":{"operation":"execute","commands":[["sh","-c","cat .ENV ID.PEM Id.Pem .env. PRIVATE/key; ls -a; echo done"]],
 	    "mounts":["workspace/src"],"cwd":"workspace/src","pool":0,`+casefoldNever+`}}}`)
-	runDir := t.TempDir()
-	t.Cleanup(func() { // registered before the daemon, so it runs after the daemon has stopped
-		if left := sandbox.Leftovers(runDir); len(left) > 0 {
-			t.Errorf("left behind after the daemon stopped: %v", left)
-		}
-	})
+	runDir := checkedRunDir(t) // registered before the daemon, so checked after it stopped
 	return base, backing, start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
 }
 

@@ -17,6 +17,19 @@ import (
 
 const intruderUID = 4343
 
+// checkedRunDir is a run dir of the test's own, checked for leftovers
+// (containers, cgroups, mounts, rootfs dirs) when the test ends.
+func checkedRunDir(t *testing.T) string {
+	t.Helper()
+	runDir := t.TempDir()
+	t.Cleanup(func() {
+		if left := sandbox.Leftovers(runDir); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	})
+	return runDir
+}
+
 // TestTaskBelongsToPrincipal (review class 2): task ids are per
 // principal. A principal with no tools that names another's task in a
 // denied call does not become its owner: its cancel is 403, the other's
@@ -34,12 +47,7 @@ func TestTaskBelongsToPrincipal(t *testing.T) {
 	                "ops":{"uids":[0],"approver":true,"tools":[]}},
 	  "tools":{"read_src":{"operation":"read","roots":["workspace/src"]},
 	           "sleeper":{"operation":"execute","commands":[["sleep","30"]],"timeout_ms":60000,"pool":0}}}`)
-	runDir := t.TempDir()
-	t.Cleanup(func() {
-		if left := sandbox.Leftovers(runDir); len(left) > 0 {
-			t.Errorf("left behind: %v", left)
-		}
-	})
+	runDir := checkedRunDir(t)
 	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
 	agent, intruder, ops := clientAs(h.socket, agentUID), clientAs(h.socket, intruderUID), clientAs(h.socket, 0)
 	defer agent.Close()

@@ -130,13 +130,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 		short: opt.Timeout, long: opt.CacheTimeout}
 	root := &rootNode{v: v, hide: opt.Hide}
 	v.root = root
-	w, err := newWatcher(v)
-	if err != nil {
-		for _, s := range srcs {
-			s.Root.Close()
-		}
-		return nil, fmt.Errorf("watch view sources: %w", err)
-	}
+	w := newWatcher(v)
 	v.w = w
 	fopts := &fs.Options{
 		EntryTimeout:    &opt.Timeout,

@@ -66,8 +66,12 @@ type loc struct {
 	rel string
 }
 
-// addWatch is inotify_add_watch (a seam for the tests of running out).
-var addWatch = unix.InotifyAddWatch
+// inotifyInit and addWatch are the syscalls (seams for the tests of
+// running out).
+var (
+	inotifyInit = unix.InotifyInit1
+	addWatch    = unix.InotifyAddWatch
+)
 
 // parentRel names the directory a file mount's file lives in; no path of
 // a view is "/".
@@ -92,23 +96,34 @@ type watcher struct {
 	done chan struct{}
 }
 
-func newWatcher(v *View) (*watcher, error) {
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+// newWatcher makes v's watcher. Without an inotify instance (the
+// per-user instance limit) it watches nothing: every directory is then
+// served uncached, as one the watch limit refused.
+func newWatcher(v *View) *watcher {
+	w := &watcher{v: v, fd: -1, byLoc: map[loc]int32{}, byWd: map[int32]map[loc]struct{}{}, done: make(chan struct{})}
+	fd, err := inotifyInit(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
-		return nil, err
+		return w
 	}
-	w := &watcher{v: v, fd: fd, buf: make([]byte, 64<<10), byLoc: map[loc]int32{}, byWd: map[int32]map[loc]struct{}{}, done: make(chan struct{})}
 	if err := unix.Pipe2(w.stop[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		unix.Close(fd)
-		return nil, err
+		return w
 	}
-	return w, nil
+	w.fd, w.buf = fd, make([]byte, 64<<10)
+	return w
 }
 
-func (w *watcher) start() { go w.loop() }
+func (w *watcher) start() {
+	if w.fd >= 0 {
+		go w.loop()
+	}
+}
 
 // close ends the loop and releases the inotify instance.
 func (w *watcher) close() {
+	if w.fd < 0 {
+		return
+	}
 	unix.Close(w.stop[1])
 	<-w.done
 	unix.Close(w.stop[0])
@@ -140,6 +155,9 @@ func (w *watcher) Sync() { w.drain() }
 
 // drain reads and acts on the events queued now.
 func (w *watcher) drain() {
+	if w.fd < 0 {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for {
@@ -331,6 +349,9 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	defer w.wmu.Unlock()
 	if _, ok := w.byLoc[l]; ok {
 		return true
+	}
+	if w.fd < 0 {
+		return false
 	}
 	// The watch is on the inode the fd holds: no path is looked up again
 	// (the magic link is followed to the fd's own inode).

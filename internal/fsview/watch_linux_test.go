@@ -258,24 +258,36 @@ func TestListingConverges(t *testing.T) {
 }
 
 // TestUnwatchedServedUncached: where a directory cannot be watched (the
-// inotify watch limit), its listing is not kept by the kernel: every walk
-// reads it again, so nothing stale outlives the short timeout.
+// inotify watch limit), or the view has no inotify instance at all (the
+// per-user instance limit), its listing is not kept by the kernel: every
+// walk reads it again, so nothing stale outlives the short timeout.
 func TestUnwatchedServedUncached(t *testing.T) {
-	addWatch = func(int, string, uint32) (int, error) { return -1, unix.ENOSPC }
-	t.Cleanup(func() { addWatch = unix.InotifyAddWatch })
-	f := newView(t, securefs.ModeOpenat2)
-	tree(t, f.ws, 3, 5)
-	walkTree(t, f.in("tree"))
-	s0 := f.v.Stats()
-	walkTree(t, f.in("tree"))
-	if d := since(s0, f.v.Stats()); d.Readdirs < 4 {
-		t.Errorf("unwatched directories were listed from a cache: %+v", d)
-	}
-	if f.v.Watches() != 0 {
-		t.Errorf("%d watches", f.v.Watches())
-	}
-	write(t, filepath.Join(f.ws, "tree", "d01", "new"), "n")
-	if got := listing(t, f.in("tree/d01")); !slices.Contains(got, "new") {
-		t.Errorf("unwatched: a new file is not listed at once: %v", got)
+	for _, c := range []struct {
+		name string
+		seam func()
+	}{
+		{"no watches", func() { addWatch = func(int, string, uint32) (int, error) { return -1, unix.ENOSPC } }},
+		{"no instance", func() { inotifyInit = func(int) (int, error) { return -1, unix.EMFILE } }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.seam()
+			t.Cleanup(func() { addWatch, inotifyInit = unix.InotifyAddWatch, unix.InotifyInit1 })
+			f := newView(t, securefs.ModeOpenat2)
+			tree(t, f.ws, 3, 5)
+			walkTree(t, f.in("tree"))
+			s0 := f.v.Stats()
+			walkTree(t, f.in("tree"))
+			if d := since(s0, f.v.Stats()); d.Readdirs < 4 {
+				t.Errorf("unwatched directories were listed from a cache: %+v", d)
+			}
+			if f.v.Watches() != 0 {
+				t.Errorf("%d watches", f.v.Watches())
+			}
+			f.v.Sync() // a no-op, not a hang
+			write(t, filepath.Join(f.ws, "tree", "d01", "new"), "n")
+			if got := listing(t, f.in("tree/d01")); !slices.Contains(got, "new") {
+				t.Errorf("unwatched: a new file is not listed at once: %v", got)
+			}
+		})
 	}
 }

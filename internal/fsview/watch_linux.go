@@ -153,19 +153,26 @@ func (w *watcher) loop() {
 // returns). A command started after Sync sees those changes.
 func (w *watcher) Sync() { w.drain() }
 
-// drain reads and acts on the events queued now.
+// drain reads and acts on the events queued when it is called, and no
+// more: a host that changes files without pause cannot keep it (or Sync
+// behind it) going for ever.
 func (w *watcher) drain() {
 	if w.fd < 0 {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for {
+	queued, err := unix.IoctlGetInt(w.fd, unix.TIOCINQ) // FIONREAD
+	if err != nil {
+		queued = len(w.buf)
+	}
+	for queued > 0 {
 		n, err := unix.Read(w.fd, w.buf)
 		if err != nil || n <= 0 {
 			return // EAGAIN: nothing more queued
 		}
 		w.act(w.buf[:n])
+		queued -= n
 	}
 }
 
@@ -252,7 +259,11 @@ func (w *watcher) forgetLocked(l loc) {
 func (w *watcher) tell(c change) {
 	root := w.v.root
 	if c.reset {
-		invalidateAll(&root.Inode)
+		// The view's own top entries stay: containers bind them, and
+		// a bind of an invalidated dentry fails.
+		for _, mnt := range root.Children() {
+			invalidateAll(mnt)
+		}
 		return
 	}
 	mnt := root.GetChild(strconv.Itoa(c.l.m))
@@ -261,12 +272,11 @@ func (w *watcher) tell(c change) {
 	}
 	if c.l.rel == parentRel {
 		// A file mount: only its own name matters.
-		if c.name != w.v.srcs[c.l.m].Name {
-			return
-		}
-		if c.mask&entryEvents != 0 {
-			root.NotifyEntry(strconv.Itoa(c.l.m))
-		} else {
+		// Its attributes are dropped, never its name: containers bind
+		// the view's top entries, and a bind of an invalidated dentry
+		// fails. The node is a path, so the next open (and getattr)
+		// resolves whatever file is there now.
+		if c.name == w.v.srcs[c.l.m].Name {
 			mnt.NotifyContent(0, 0)
 		}
 		return

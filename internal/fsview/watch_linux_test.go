@@ -291,3 +291,52 @@ func TestUnwatchedServedUncached(t *testing.T) {
 		})
 	}
 }
+
+// TestOverflowAndSavesKeepTopEntries: when inotify's queue overflows
+// (events lost) everything cached is dropped and rebuilt, and a save of a
+// file mount drops its attributes; neither invalidates the view's top
+// entries, which containers bind (a bind of an invalidated dentry fails
+// with ENOENT). After the overflow the listing is the host's again.
+func TestOverflowAndSavesKeepTopEntries(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	var tops []int
+	for i := range 2 {
+		fd, err := unix.Open(f.v.Path(i), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		testutil.Must(t, err)
+		defer unix.Close(fd)
+		tops = append(tops, fd)
+	}
+	listing(t, f.in("src"))
+	// A save of the file mount.
+	write(t, filepath.Join(f.ws, "cfg.new"), "cfg v2\n")
+	testutil.Must(t, os.Rename(filepath.Join(f.ws, "cfg.new"), filepath.Join(f.ws, "cfg.txt")))
+	f.v.Sync()
+	// An overflow: hold the watcher while the host makes more events
+	// than the queue keeps (fs.inotify.max_queued_events, 16384 by
+	// default).
+	max := 16384
+	if b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events"); err == nil {
+		fmt.Sscan(string(b), &max)
+	}
+	f.v.w.mu.Lock()
+	p := filepath.Join(f.ws, "src", "churn")
+	for range max/2 + 10 {
+		write(t, p, "x")
+		testutil.Must(t, os.Remove(p))
+	}
+	write(t, filepath.Join(f.ws, "src", "after"), "a")
+	f.v.w.mu.Unlock()
+	f.v.Sync()
+	if got := listing(t, f.in("src")); !slices.Equal(got, []string{"a.py", "after"}) {
+		t.Errorf("listing after an overflow: %v", got)
+	}
+	if b, err := os.ReadFile(f.v.Path(1)); err != nil || string(b) != "cfg v2\n" {
+		t.Errorf("file mount after a save: %q %v", b, err)
+	}
+	for i, fd := range tops {
+		target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		if err != nil || strings.HasSuffix(target, "(deleted)") {
+			t.Errorf("top entry %d: %q %v: invalidated", i, target, err)
+		}
+	}
+}

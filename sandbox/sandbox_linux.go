@@ -607,6 +607,9 @@ func (b *Box) Exec(ctx context.Context, argv []string, max int64, onChunk func(C
 	go func() { defer wg.Done(); res.Stdout, outTrunc = capRead(b.stdout, max, emit("stdout")) }()
 	go func() { defer wg.Done(); res.Stderr, errTrunc = capRead(b.stderr, max, emit("stderr")) }()
 
+	if b.view != nil {
+		b.view.sync()
+	}
 	var msg []byte
 	for _, a := range argv {
 		msg = append(append(msg, a...), 0)

@@ -31,7 +31,10 @@ type View struct {
 }
 
 // ViewTimeout is how long the kernel caches a view's names and
-// attributes: the longest a host edit of an allowed file takes to show.
+// attributes in a directory the view could not watch (the inotify watch
+// limit): the longest a host edit of an allowed file takes to show there.
+// Watched directories are cached for fsview.DefaultCacheTimeout and
+// invalidated as the host changes them.
 const ViewTimeout = time.Second
 
 // NewView mounts a view of mounts in the runner's private rootfs area.
@@ -77,6 +80,11 @@ func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, 
 // admit lets uid (a container about to run) use the view; revoke ends it.
 func (v *View) admit(uid uint32)  { v.v.Admit(uid) }
 func (v *View) revoke(uid uint32) { v.v.Revoke(uid) }
+
+// sync makes every host change finished so far visible through the view
+// before a command starts (fsview.View.Sync): what an agent wrote a moment
+// ago is what its tests read.
+func (v *View) sync() { v.v.Sync() }
 
 // Passthrough reports whether reads go straight to the backing files.
 func (v *View) Passthrough() bool { return v.v.Passthrough }

@@ -55,6 +55,7 @@ func (d *dir) fill() {
 			if d.buf == nil {
 				d.buf = make([]byte, dirBufSize)
 			}
+			d.n.v.stats.reads.Add(1)
 			n, err := unix.Getdents(d.fd, d.buf)
 			if err != nil {
 				d.errno = syscall.EIO

@@ -7,7 +7,9 @@ import (
 	"hash/fnv"
 	"log"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,11 +37,19 @@ type Options struct {
 	// to mount i; never "") is hidden: it then does not exist in the
 	// view, nor does anything beneath it.
 	Hide func(i int, rel string) bool
-	// Timeout is how long the kernel may cache names and attributes
-	// (default 1 s): the longest a host edit takes to show. Lookups that
-	// fail are never cached, so a new file shows at once; a cached name
-	// still resolves its path again on every open, readdir and readlink.
+	// Timeout is how long the kernel may cache names and attributes in a
+	// directory the view could not watch (default 1 s): the longest a
+	// host edit takes to show there. Lookups that fail are never cached,
+	// so a new file shows at once; a cached name still resolves its path
+	// again on every open, opendir and readlink.
 	Timeout time.Duration
+	// CacheTimeout is how long the kernel may cache names, attributes
+	// and listings of a watched directory (default DefaultCacheTimeout):
+	// every host change there invalidates them at once (see
+	// watch_linux.go), so this only bounds what a change inotify does not
+	// report (a write through a shared mapping, a hard link changed
+	// through another directory) may keep stale.
+	CacheTimeout time.Duration
 	// Logger, if set, receives go-fuse's diagnostics.
 	Logger *log.Logger
 	// MaxOpen bounds the files and directories one admitted uid (one
@@ -52,6 +62,9 @@ type Options struct {
 // max_open_files).
 const DefaultMaxOpen = 256
 
+// DefaultCacheTimeout is Options.CacheTimeout's default.
+const DefaultCacheTimeout = 10 * time.Minute
+
 // View is a mounted view. Mount i is the entry named strconv.Itoa(i) in
 // its root directory.
 type View struct {
@@ -61,6 +74,11 @@ type View struct {
 	done   chan struct{}
 	once   sync.Once
 	max    int64
+	root   *rootNode
+	w      *watcher
+	// short and long are the cache timeouts of unwatched and watched
+	// directories.
+	short, long time.Duration
 
 	mu   sync.RWMutex
 	uids map[uint32]*holder // admitted callers (see Admit)
@@ -75,6 +93,21 @@ type View struct {
 	// Passthrough reports whether the kernel agreed to FUSE passthrough
 	// (reads go straight to the backing file).
 	Passthrough bool
+
+	stats struct{ lookups, opendirs, reads atomic.Int64 }
+}
+
+// Stats counts the requests that reached a view's server: what the
+// kernel could not answer from its caches.
+type Stats struct {
+	Lookups  int64 // names looked up (also each entry of a READDIRPLUS)
+	Opendirs int64 // directories opened
+	Readdirs int64 // chunks of a directory read from the host (getdents)
+}
+
+// Stats reports the requests served so far.
+func (v *View) Stats() Stats {
+	return Stats{Lookups: v.stats.lookups.Load(), Opendirs: v.stats.opendirs.Load(), Readdirs: v.stats.reads.Load()}
 }
 
 // Mount serves srcs at dir (an empty directory of the caller's). The view
@@ -85,13 +118,20 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 	if opt.Timeout <= 0 {
 		opt.Timeout = time.Second
 	}
+	if opt.CacheTimeout <= 0 {
+		opt.CacheTimeout = DefaultCacheTimeout
+	}
 	neg := time.Duration(0)
 	if opt.MaxOpen <= 0 {
 		opt.MaxOpen = DefaultMaxOpen
 	}
 	setBudget()
-	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), uids: map[uint32]*holder{}}
+	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), uids: map[uint32]*holder{},
+		short: opt.Timeout, long: opt.CacheTimeout}
 	root := &rootNode{v: v, hide: opt.Hide}
+	v.root = root
+	w := newWatcher(v)
+	v.w = w
 	fopts := &fs.Options{
 		EntryTimeout:    &opt.Timeout,
 		AttrTimeout:     &opt.Timeout,
@@ -119,6 +159,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 	}
 	server, err := fs.Mount(dir, root, fopts)
 	if err != nil {
+		w.close()
 		for _, s := range srcs {
 			s.Root.Close()
 		}
@@ -126,8 +167,10 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 	}
 	v.server = server
 	v.Passthrough = server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
+	w.start()
 	go func() {
 		server.Wait()
+		w.close()
 		v.releaseAll()
 		for _, s := range srcs {
 			s.Root.Close()
@@ -205,6 +248,10 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		return nil, syscall.ENOENT
 	}
 	n := &node{v: r.v, hide: r.hide, m: i}
+	if src := r.v.srcs[i]; src.Name != "" {
+		// A file mount: its directory is the source's root.
+		r.v.w.ensure(loc{i, parentRel}, int(src.Root.Fd()))
+	}
 	return n.entry(ctx, &r.Inode, n, out)
 }
 
@@ -297,6 +344,39 @@ func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
 	a.Blksize = uint32(st.Blksize)
 }
 
+// parentLoc is the directory whose watch reports changes to n's name and
+// attributes: its parent, or for a mount, the mount's own directory (a
+// directory reports changes to itself) or a file mount's directory.
+func (n *node) parentLoc() loc {
+	switch i := strings.LastIndexByte(n.rel, '/'); {
+	case i >= 0:
+		return loc{n.m, n.rel[:i]}
+	case n.rel != "":
+		return loc{n.m, ""}
+	case n.v.srcs[n.m].Name != "":
+		return loc{n.m, parentRel}
+	}
+	return loc{n.m, ""}
+}
+
+// timeout is how long the kernel may cache n's name and attributes.
+func (n *node) timeout() time.Duration {
+	if n.v.w.watched(n.parentLoc()) {
+		return n.v.long
+	}
+	return n.v.short
+}
+
+// watch makes sure n, a directory just resolved as h, is watched, and
+// reports whether it is: then what the view says of its names and its
+// listing may be cached long.
+func (n *node) watch(h *securefs.Handle) bool {
+	if h.Kind != securefs.KindDir {
+		return false
+	}
+	return n.v.w.ensure(loc{n.m, n.rel}, int(h.File().Fd()))
+}
+
 // entry answers a lookup of n (already built, with its rel) under parent.
 func (n *node) entry(ctx context.Context, parent *fs.Inode, child *node, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	h, errno := child.resolve()
@@ -304,7 +384,14 @@ func (n *node) entry(ctx context.Context, parent *fs.Inode, child *node, out *fu
 		return nil, errno
 	}
 	defer h.Close()
+	if child.rel == "" && child.v.srcs[child.m].Name == "" {
+		// A directory mount reports changes to itself.
+		child.watch(h)
+	}
 	fillAttr(&out.Attr, &h.Stat)
+	t := child.timeout()
+	out.SetEntryTimeout(t)
+	out.SetAttrTimeout(t)
 	// A node is a path: the same inode at two paths is two nodes (Gen
 	// tells them apart), so no operation ever runs on one path's behalf
 	// through another path's node.
@@ -321,14 +408,19 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if errno := n.v.allowed(ctx); errno != 0 {
 		return nil, errno
 	}
+	n.v.stats.lookups.Add(1)
 	if name == "" || name == "." || name == ".." || len(name) > 255 {
 		return nil, syscall.ENOENT
 	}
-	rel := name
-	if n.rel != "" {
-		rel = n.rel + "/" + name
+	if !n.v.w.watched(loc{n.m, n.rel}) {
+		// Watch this directory before anything of it is handed out, so
+		// no change after this point goes unreported.
+		if h, errno := n.resolve(); errno == 0 {
+			n.watch(h)
+			h.Close()
+		}
 	}
-	return n.entry(ctx, &n.Inode, &node{v: n.v, hide: n.hide, m: n.m, rel: rel}, out)
+	return n.entry(ctx, &n.Inode, &node{v: n.v, hide: n.hide, m: n.m, rel: join(n.rel, name)}, out)
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -343,6 +435,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 			return fs.ToErrno(err)
 		}
 		fillAttr(&out.Attr, &st)
+		out.SetTimeout(n.timeout())
 		return 0
 	}
 	h, errno := n.resolve()
@@ -351,6 +444,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	defer h.Close()
 	fillAttr(&out.Attr, &h.Stat)
+	out.SetTimeout(n.timeout())
 	return 0
 }
 
@@ -396,6 +490,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if errno != 0 {
 		return nil, 0, errno
 	}
+	n.v.stats.opendirs.Add(1)
 	h, errno := n.resolve()
 	if errno != 0 {
 		return nil, 0, errno
@@ -412,9 +507,15 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 		give(own)
 		return nil, 0, errno
 	}
+	var keep uint32
+	if n.watch(h) {
+		// Changes to it are reported: the kernel may keep its listing
+		// (see watch_linux.go).
+		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
 	d := newDir(n, fd, own)
 	n.v.track(d)
-	return d, 0, 0
+	return d, keep, 0
 }
 
 // reopen opens what h names for reading as a bare fd of ours (an

@@ -1,0 +1,393 @@
+package fsview
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
+)
+
+// Keeping the kernel's caches of a view fresh (docs/design.md, "The view").
+//
+// A walk of a tree through a view costs what a walk through a bind costs
+// only when the kernel answers it from its own caches: names and
+// attributes (entry and attribute timeouts) and directory listings
+// (FOPEN_CACHE_DIR with FOPEN_KEEP_CACHE). What the caches may hold for
+// long is decided by what sluice learns of host changes: every directory
+// whose names, attributes or listing the view hands to the kernel is
+// watched with inotify first, and each host change under it is turned
+// into the matching invalidation (a name: FUSE_NOTIFY_INVAL_ENTRY, which
+// also drops everything cached beneath it; attributes and a listing:
+// FUSE_NOTIFY_INVAL_INODE). A directory that cannot be watched (the
+// inotify watch limit) is served as before: a 1 s timeout and no listing
+// cache, for it and everything beneath it.
+//
+// Why a cache cannot show what the view would now refuse:
+//   - Hiding is a pure function of a node's path (never globs); a node is a
+//     path. A cached name or listing was decided for that path and would be
+//     decided the same now.
+//   - Everything that yields content (open, opendir, readlink) reaches the
+//     server, which resolves the node's path again with openat2 beneath the
+//     mount's root fd, refuses symlinks on the way, hidden names and
+//     sockets, FIFOs and devices, and acts on the fd it got: a rename over a
+//     file, a directory renamed to a never name, a new *.pem at depth 5
+//     are decided afresh at the open whatever the cache held. Open and
+//     opendir also check the caller (View.caller) every time.
+//   - So a stale cache entry is stale metadata of an allowed path at worst
+//     (a size, a mode, a name that is gone), and the watch bounds even that
+//     to the time an event takes to arrive; Sync closes that gap for every
+//     change made before a command starts.
+//
+// The invalidation of a listing cannot be lost to a race with a readdir
+// that is filling it: the kernel starts a listing cache from the
+// directory's mtime, and at every rewind compares it with a fresh one
+// once the attributes were invalidated (the view runs with
+// AUTO_INVAL_DATA), so a listing read before a change and cached after its
+// invalidation is dropped at the next opendir. A name invalidation waits
+// in the kernel for a lookup in flight in that directory (it takes the
+// directory's lock), so it cannot be overtaken by the reply it must undo.
+
+// watchMask is what a watched directory reports: names that come and go,
+// and attribute or content changes of the directory and of what is in it.
+const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
+	unix.IN_ATTRIB | unix.IN_MODIFY | unix.IN_CLOSE_WRITE |
+	unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+
+// entryEvents change which names a directory holds.
+const entryEvents = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO
+
+// loc is a directory of a view: rel in mount m ("" is the mount's root).
+// For a file mount, the directory that holds the file is loc{m, parentRel}.
+type loc struct {
+	m   int
+	rel string
+}
+
+// inotifyInit and addWatch are the syscalls (seams for the tests of
+// running out).
+var (
+	inotifyInit = unix.InotifyInit1
+	addWatch    = unix.InotifyAddWatch
+)
+
+// parentRel names the directory a file mount's file lives in; no path of
+// a view is "/".
+const parentRel = "/"
+
+// watcher keeps one view's kernel caches fresh (see above).
+type watcher struct {
+	v  *View
+	fd int // inotify, non-blocking
+
+	// mu serializes reading and acting on events: the loop and Sync.
+	mu  sync.Mutex
+	buf []byte
+
+	// wmu guards the maps; it is never held while the kernel is told
+	// anything (a FUSE notification may wait for a request of ours).
+	wmu   sync.RWMutex
+	byLoc map[loc]int32
+	byWd  map[int32]map[loc]struct{}
+
+	stop [2]int // a pipe: closing stop[1] ends the loop
+	done chan struct{}
+}
+
+// newWatcher makes v's watcher. Without an inotify instance (the
+// per-user instance limit) it watches nothing: every directory is then
+// served uncached, as one the watch limit refused.
+func newWatcher(v *View) *watcher {
+	w := &watcher{v: v, fd: -1, byLoc: map[loc]int32{}, byWd: map[int32]map[loc]struct{}{}, done: make(chan struct{})}
+	fd, err := inotifyInit(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return w
+	}
+	if err := unix.Pipe2(w.stop[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		unix.Close(fd)
+		return w
+	}
+	w.fd, w.buf = fd, make([]byte, 64<<10)
+	return w
+}
+
+func (w *watcher) start() {
+	if w.fd >= 0 {
+		go w.loop()
+	}
+}
+
+// close ends the loop and releases the inotify instance.
+func (w *watcher) close() {
+	if w.fd < 0 {
+		return
+	}
+	unix.Close(w.stop[1])
+	<-w.done
+	unix.Close(w.stop[0])
+	unix.Close(w.fd)
+}
+
+func (w *watcher) loop() {
+	defer close(w.done)
+	fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}, {Fd: int32(w.stop[0]), Events: unix.POLLIN}}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+			return
+		}
+		if fds[1].Revents != 0 {
+			return
+		}
+		if fds[0].Revents != 0 {
+			w.drain()
+		}
+	}
+}
+
+// Sync acts on every host change reported so far: when it returns, the
+// kernel holds nothing cached from before a change that finished before
+// Sync was called (inotify queues an event before the changing syscall
+// returns). A command started after Sync sees those changes.
+func (w *watcher) Sync() { w.drain() }
+
+// drain reads and acts on the events queued when it is called, and no
+// more: a host that changes files without pause cannot keep it (or Sync
+// behind it) going for ever.
+func (w *watcher) drain() {
+	if w.fd < 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	queued, err := unix.IoctlGetInt(w.fd, unix.TIOCINQ) // FIONREAD
+	if err != nil {
+		queued = len(w.buf)
+	}
+	for queued > 0 {
+		n, err := unix.Read(w.fd, w.buf)
+		if err != nil || n <= 0 {
+			return // EAGAIN: nothing more queued
+		}
+		w.act(w.buf[:n])
+		queued -= n
+	}
+}
+
+// change is one thing to tell the kernel.
+type change struct {
+	l     loc
+	name  string
+	mask  uint32
+	reset bool // queue overflowed: everything known is stale
+}
+
+// act turns a buffer of inotify events into invalidations.
+func (w *watcher) act(buf []byte) {
+	var todo []change
+	w.wmu.Lock()
+	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
+		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		name := ""
+		if ev.Len > 0 {
+			raw := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+			if i := strings.IndexByte(string(raw), 0); i >= 0 {
+				raw = raw[:i]
+			}
+			name = string(raw)
+		}
+		off += unix.SizeofInotifyEvent + int(ev.Len)
+		if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+			// Events were lost: no watch can be trusted to name the
+			// directory it was added for. Start again from nothing.
+			for wd := range w.byWd {
+				unix.InotifyRmWatch(w.fd, uint32(wd))
+			}
+			clear(w.byWd)
+			clear(w.byLoc)
+			todo = append(todo[:0], change{reset: true})
+			continue
+		}
+		locs := w.byWd[ev.Wd]
+		if ev.Mask&unix.IN_IGNORED != 0 {
+			// The kernel dropped the watch (the directory is gone).
+			for l := range locs {
+				delete(w.byLoc, l)
+			}
+			delete(w.byWd, ev.Wd)
+			continue
+		}
+		for l := range locs {
+			todo = append(todo, change{l: l, name: name, mask: ev.Mask})
+			if name != "" && ev.Mask&entryEvents != 0 && l.rel != parentRel {
+				// What was watched beneath this name is another
+				// directory now, or none: forget it, so that the next
+				// lookup watches what is there then.
+				w.forgetLocked(loc{l.m, join(l.rel, name)})
+			}
+		}
+	}
+	w.wmu.Unlock()
+	for _, c := range todo {
+		w.tell(c)
+	}
+}
+
+// forgetLocked unwatches l and every watched directory beneath it. wmu is
+// held.
+func (w *watcher) forgetLocked(l loc) {
+	if _, ok := w.byLoc[l]; !ok {
+		return // nothing beneath an unwatched directory is watched
+	}
+	prefix := l.rel + "/"
+	for k, wd := range w.byLoc {
+		if k.m == l.m && (k == l || l.rel == "" || strings.HasPrefix(k.rel, prefix)) {
+			delete(w.byLoc, k)
+			set := w.byWd[wd]
+			delete(set, k)
+			if len(set) == 0 {
+				delete(w.byWd, wd)
+				unix.InotifyRmWatch(w.fd, uint32(wd))
+			}
+		}
+	}
+}
+
+// tell invalidates in the kernel what one change made stale.
+func (w *watcher) tell(c change) {
+	root := w.v.root
+	if c.reset {
+		// The view's own top entries stay: containers bind them, and
+		// a bind of an invalidated dentry fails.
+		for _, mnt := range root.Children() {
+			invalidateAll(mnt)
+		}
+		return
+	}
+	mnt := root.GetChild(strconv.Itoa(c.l.m))
+	if mnt == nil {
+		return // the kernel holds nothing of this mount
+	}
+	if c.l.rel == parentRel {
+		// A file mount: only its own name matters.
+		// Its attributes are dropped, never its name: containers bind
+		// the view's top entries, and a bind of an invalidated dentry
+		// fails. The node is a path, so the next open (and getattr)
+		// resolves whatever file is there now.
+		if c.name == w.v.srcs[c.l.m].Name {
+			mnt.NotifyContent(0, 0)
+		}
+		return
+	}
+	dir := walk(mnt, c.l.rel)
+	if dir == nil {
+		return
+	}
+	switch {
+	case c.name == "":
+		// The directory itself: its attributes.
+		if c.mask&(unix.IN_ATTRIB|unix.IN_MODIFY) != 0 {
+			dir.NotifyContent(0, 0)
+		}
+	case c.mask&entryEvents != 0:
+		// A name came or went: drop it (and all cached beneath it), the
+		// directory's listing and its attributes (mtime, nlink).
+		dir.NotifyEntry(c.name)
+		dir.NotifyContent(0, 0)
+	default:
+		if child := dir.GetChild(c.name); child != nil {
+			child.NotifyContent(0, 0)
+		}
+	}
+}
+
+// invalidateAll drops every name, attribute and listing the kernel holds
+// beneath n.
+func invalidateAll(n *fs.Inode) {
+	for name, child := range n.Children() {
+		invalidateAll(child)
+		n.NotifyEntry(name)
+	}
+	n.NotifyContent(0, 0)
+}
+
+// walk finds the inode the kernel knows at rel beneath mnt, or nil.
+func walk(mnt *fs.Inode, rel string) *fs.Inode {
+	n := mnt
+	for rel != "" && n != nil {
+		name, rest, _ := strings.Cut(rel, "/")
+		n, rel = n.GetChild(name), rest
+	}
+	return n
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// watched reports whether changes in the directory l are reported.
+func (w *watcher) watched(l loc) bool {
+	w.wmu.RLock()
+	_, ok := w.byLoc[l]
+	w.wmu.RUnlock()
+	return ok
+}
+
+// ensure watches the directory l, which fd (just resolved) is, unless it
+// is watched already; it reports whether it is watched now. A directory
+// is watched only beneath a watched one, so that forgetting a directory
+// forgets all watched beneath it.
+func (w *watcher) ensure(l loc, fd int) bool {
+	if w.watched(l) {
+		return true
+	}
+	if l.rel != "" && l.rel != parentRel {
+		parent := ""
+		if i := strings.LastIndexByte(l.rel, '/'); i >= 0 {
+			parent = l.rel[:i]
+		}
+		if !w.watched(loc{l.m, parent}) {
+			return false
+		}
+	}
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if _, ok := w.byLoc[l]; ok {
+		return true
+	}
+	if w.fd < 0 {
+		return false
+	}
+	// The watch is on the inode the fd holds: no path is looked up again
+	// (the magic link is followed to the fd's own inode).
+	// A failure (ENOSPC: the watch limit) leaves l unwatched, served
+	// uncached; the next lookup in it tries again.
+	wd, err := addWatch(w.fd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
+	if err != nil {
+		return false
+	}
+	w.byLoc[l] = int32(wd)
+	set := w.byWd[int32(wd)]
+	if set == nil {
+		set = map[loc]struct{}{}
+		w.byWd[int32(wd)] = set
+	}
+	set[l] = struct{}{}
+	return true
+}
+
+// Watches reports how many directories of the view are watched.
+func (v *View) Watches() int {
+	v.w.wmu.RLock()
+	defer v.w.wmu.RUnlock()
+	return len(v.w.byLoc)
+}
+
+// Sync makes every host change finished before the call visible through
+// the view (see watcher.Sync).
+func (v *View) Sync() { v.w.Sync() }

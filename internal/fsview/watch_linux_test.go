@@ -1,0 +1,342 @@
+package fsview
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// walkTree lstats everything beneath dir and lists every directory, as
+// find and git status do; it returns what it saw, sorted.
+func walkTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var seen []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		seen = append(seen, fmt.Sprintf("%s %v %d", strings.TrimPrefix(p, dir), fi.Mode(), fi.Size()))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(seen)
+	return seen
+}
+
+func tree(t *testing.T, ws string, dirs, files int) {
+	t.Helper()
+	for d := range dirs {
+		dir := filepath.Join(ws, "tree", fmt.Sprintf("d%02d", d))
+		testutil.Must(t, os.MkdirAll(dir, 0o755))
+		for f := range files {
+			write(t, filepath.Join(dir, fmt.Sprintf("f%03d", f)), "x")
+		}
+	}
+}
+
+func since(a, b Stats) Stats {
+	return Stats{Lookups: b.Lookups - a.Lookups, Opendirs: b.Opendirs - a.Opendirs, Readdirs: b.Readdirs - a.Readdirs}
+}
+
+// TestWalkServedFromCache: a second walk of a tree through a view is
+// answered by the kernel: no name is looked up and no directory read
+// again (each opendir still reaches the view, which checks the caller and
+// resolves the path). After a host change and Sync, only what changed is
+// read again.
+func TestWalkServedFromCache(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	tree(t, f.ws, 10, 50)
+	first := walkTree(t, f.in("tree"))
+	s0 := f.v.Stats()
+	if again := walkTree(t, f.in("tree")); !slices.Equal(first, again) {
+		t.Fatalf("second walk differs")
+	}
+	d := since(s0, f.v.Stats())
+	if d.Lookups != 0 || d.Readdirs != 0 || d.Opendirs != 11 {
+		t.Errorf("second walk reached the view: %+v, want 0 lookups, 0 reads, 11 opendirs", d)
+	}
+	if f.v.Watches() < 11 {
+		t.Errorf("%d directories watched, want ≥ 11", f.v.Watches())
+	}
+	// One new file in one directory.
+	write(t, filepath.Join(f.ws, "tree", "d07", "new"), "new!")
+	f.v.Sync()
+	s1 := f.v.Stats()
+	after := walkTree(t, f.in("tree"))
+	if !slices.Contains(after, "/d07/new -rw-r--r-- 4") || len(after) != len(first)+1 {
+		t.Errorf("after a host create: %d entries, new one shown: %v", len(after), slices.Contains(after, "/d07/new -rw-r--r-- 4"))
+	}
+	if d := since(s1, f.v.Stats()); d.Readdirs > 2 || d.Lookups > 60 {
+		t.Errorf("after one create the walk re-read %+v, want one directory", d)
+	}
+}
+
+// TestCacheFreshAfterSync: names, attributes and listings are cached for
+// DefaultCacheTimeout (minutes), yet every host change shows as soon as
+// Sync returns: the invalidations are driven by the watch, not a timer.
+// Each step first caches what it then changes.
+func TestCacheFreshAfterSync(t *testing.T) {
+	for _, mode := range modes() {
+		t.Run(mode.String(), func(t *testing.T) {
+			f := newView(t, mode)
+			host := func(rel string) string { return filepath.Join(f.ws, rel) }
+			read := func(rel string) string {
+				b, _ := os.ReadFile(f.in(rel))
+				return string(b)
+			}
+			size := func(rel string) int64 {
+				fi, err := os.Lstat(f.in(rel))
+				if err != nil {
+					return -1
+				}
+				return fi.Size()
+			}
+			check := func(what string, got, want any) {
+				t.Helper()
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("%s: got %v, want %v", what, got, want)
+				}
+			}
+			// Content and size of a file rewritten in place.
+			check("before", read("src/a.py")+fmt.Sprint(size("src/a.py")), "print('a')\n11")
+			write(t, host("src/a.py"), "print('a longer line')\n")
+			f.v.Sync()
+			check("rewritten in place", read("src/a.py")+fmt.Sprint(size("src/a.py")), "print('a longer line')\n23")
+			// Saved by rename over it.
+			write(t, host("src/a.py.tmp"), "v3\n")
+			testutil.Must(t, os.Rename(host("src/a.py.tmp"), host("src/a.py")))
+			f.v.Sync()
+			check("renamed over", read("src/a.py"), "v3\n")
+			check("temp name gone", listing(t, f.in("src")), []string{"a.py"})
+			// A mode change.
+			testutil.Must(t, os.Chmod(host("src/a.py"), 0o600))
+			f.v.Sync()
+			fi, err := os.Lstat(f.in("src/a.py"))
+			if err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("chmod: %v %v", fi.Mode(), err)
+			}
+			// New and removed names in a listed directory.
+			write(t, host("src/b.py"), "b\n")
+			write(t, host("src/id.pem"), "SLUICE-SECRET-PEM\n")
+			f.v.Sync()
+			check("created", listing(t, f.in("src")), []string{"a.py", "b.py"})
+			testutil.Must(t, os.Remove(host("src/b.py")))
+			f.v.Sync()
+			check("removed", listing(t, f.in("src")), []string{"a.py"})
+			absent(t, f.in("src/b.py"))
+			absent(t, f.in("src/id.pem"))
+			// A cached directory renamed to a never name, and its
+			// contents: gone under both names.
+			testutil.Must(t, os.MkdirAll(host("src/keys/deep"), 0o755))
+			write(t, host("src/keys/deep/k"), "SLUICE-SECRET-MOVED\n")
+			check("before the move", read("src/keys/deep/k"), "SLUICE-SECRET-MOVED\n")
+			check("listed", listing(t, f.in("src/keys/deep")), []string{"k"})
+			testutil.Must(t, os.RemoveAll(host("private")))
+			testutil.Must(t, os.Rename(host("src/keys"), host("private")))
+			f.v.Sync()
+			absent(t, f.in("src/keys/deep/k"))
+			absent(t, f.in("private/deep/k"))
+			check("src after the move", listing(t, f.in("src")), []string{"a.py"})
+			// A new *.pem at depth 5 in cached directories.
+			testutil.Must(t, os.MkdirAll(host("src/a/b/c/d"), 0o755))
+			f.v.Sync()
+			check("deep dir", listing(t, f.in("src/a/b/c/d")), []string(nil))
+			write(t, host("src/a/b/c/d/id.pem"), "SLUICE-SECRET-PEM\n")
+			write(t, host("src/a/b/c/d/ok"), "ok\n")
+			f.v.Sync()
+			check("deep dir after", listing(t, f.in("src/a/b/c/d")), []string{"ok"})
+			absent(t, f.in("src/a/b/c/d/id.pem"))
+			// A directory replaced by a symlink to outside: a link, and
+			// nothing through it leads out of the view.
+			testutil.Must(t, os.RemoveAll(host("src/a")))
+			testutil.Must(t, os.Symlink(f.out, host("src/a")))
+			f.v.Sync()
+			if fi, err := os.Lstat(f.in("src/a")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Errorf("src/a after replace: %v %v", fi, err)
+			}
+			absent(t, f.in("src/a/b/c/d/ok"))
+			// A directory renamed to a new name keeps nothing stale at
+			// the old one, and shows its content under the new.
+			testutil.Must(t, os.MkdirAll(host("src/m"), 0o755))
+			write(t, host("src/m/x"), "x\n")
+			check("m", read("src/m/x"), "x\n")
+			testutil.Must(t, os.Rename(host("src/m"), host("src/n")))
+			testutil.Must(t, os.MkdirAll(host("src/m"), 0o755))
+			write(t, host("src/m/y"), "y\n")
+			f.v.Sync()
+			check("new m", listing(t, f.in("src/m")), []string{"y"})
+			check("n", read("src/n/x"), "x\n")
+			absent(t, f.in("src/m/x"))
+			write(t, host("src/n/z"), "z\n")
+			f.v.Sync()
+			check("n after a create (its watch followed the rename)", listing(t, f.in("src/n")), []string{"x", "z"})
+			// The file mount follows a save.
+			check("cfg", func() string { b, _ := os.ReadFile(f.v.Path(1)); return string(b) }(), "cfg v1\n")
+			write(t, host("cfg.new"), "cfg v2, longer\n")
+			testutil.Must(t, os.Rename(host("cfg.new"), host("cfg.txt")))
+			f.v.Sync()
+			check("cfg saved", func() string { b, _ := os.ReadFile(f.v.Path(1)); return string(b) }(), "cfg v2, longer\n")
+		})
+	}
+}
+
+// TestListingConverges: while the host creates, renames and removes names
+// in a directory that a reader lists through the view over and over, the
+// listing may lag; once the host stops and Sync returns, it is exactly
+// the host's (less hidden names), and stays so.
+func TestListingConverges(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	dir := filepath.Join(f.ws, "src")
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			os.ReadDir(f.in("src"))
+			os.Lstat(f.in("src/c5"))
+		}
+	}()
+	for i := range 400 {
+		p := filepath.Join(dir, fmt.Sprintf("c%d", i%10))
+		switch i % 4 {
+		case 0:
+			os.WriteFile(p, []byte("x"), 0o644)
+		case 1:
+			os.Rename(p, p+".pem")
+		case 2:
+			os.Remove(p + ".pem")
+			os.WriteFile(p, []byte("xy"), 0o644)
+		case 3:
+			os.Remove(filepath.Join(dir, fmt.Sprintf("c%d", (i+3)%10)))
+		}
+	}
+	close(stop)
+	wg.Wait()
+	f.v.Sync()
+	var want []string
+	ents, err := os.ReadDir(dir)
+	testutil.Must(t, err)
+	for _, e := range ents {
+		if !never(0, "src/"+e.Name()) {
+			want = append(want, e.Name())
+		}
+	}
+	for range 3 {
+		if got := listing(t, f.in("src")); !slices.Equal(got, want) {
+			t.Fatalf("listing after the churn:\n got %v\nwant %v", got, want)
+		}
+	}
+	for _, name := range want {
+		fi, err := os.Lstat(filepath.Join(dir, name))
+		testutil.Must(t, err)
+		vi, err := os.Lstat(f.in("src/" + name))
+		if err != nil || vi.Size() != fi.Size() {
+			t.Errorf("%s: size %v (%v), host %d", name, vi, err, fi.Size())
+		}
+	}
+}
+
+// TestUnwatchedServedUncached: where a directory cannot be watched (the
+// inotify watch limit), or the view has no inotify instance at all (the
+// per-user instance limit), its listing is not kept by the kernel: every
+// walk reads it again, so nothing stale outlives the short timeout.
+func TestUnwatchedServedUncached(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		seam func()
+	}{
+		{"no watches", func() { addWatch = func(int, string, uint32) (int, error) { return -1, unix.ENOSPC } }},
+		{"no instance", func() { inotifyInit = func(int) (int, error) { return -1, unix.EMFILE } }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.seam()
+			t.Cleanup(func() { addWatch, inotifyInit = unix.InotifyAddWatch, unix.InotifyInit1 })
+			f := newView(t, securefs.ModeOpenat2)
+			tree(t, f.ws, 3, 5)
+			walkTree(t, f.in("tree"))
+			s0 := f.v.Stats()
+			walkTree(t, f.in("tree"))
+			if d := since(s0, f.v.Stats()); d.Readdirs < 4 {
+				t.Errorf("unwatched directories were listed from a cache: %+v", d)
+			}
+			if f.v.Watches() != 0 {
+				t.Errorf("%d watches", f.v.Watches())
+			}
+			f.v.Sync() // a no-op, not a hang
+			write(t, filepath.Join(f.ws, "tree", "d01", "new"), "n")
+			if got := listing(t, f.in("tree/d01")); !slices.Contains(got, "new") {
+				t.Errorf("unwatched: a new file is not listed at once: %v", got)
+			}
+		})
+	}
+}
+
+// TestOverflowAndSavesKeepTopEntries: when inotify's queue overflows
+// (events lost) everything cached is dropped and rebuilt, and a save of a
+// file mount drops its attributes; neither invalidates the view's top
+// entries, which containers bind (a bind of an invalidated dentry fails
+// with ENOENT). After the overflow the listing is the host's again.
+func TestOverflowAndSavesKeepTopEntries(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	var tops []int
+	for i := range 2 {
+		fd, err := unix.Open(f.v.Path(i), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		testutil.Must(t, err)
+		defer unix.Close(fd)
+		tops = append(tops, fd)
+	}
+	listing(t, f.in("src"))
+	// A save of the file mount.
+	write(t, filepath.Join(f.ws, "cfg.new"), "cfg v2\n")
+	testutil.Must(t, os.Rename(filepath.Join(f.ws, "cfg.new"), filepath.Join(f.ws, "cfg.txt")))
+	f.v.Sync()
+	// An overflow: hold the watcher while the host makes more events
+	// than the queue keeps (fs.inotify.max_queued_events, 16384 by
+	// default).
+	max := 16384
+	if b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events"); err == nil {
+		fmt.Sscan(string(b), &max)
+	}
+	f.v.w.mu.Lock()
+	p := filepath.Join(f.ws, "src", "churn")
+	for range max/2 + 10 {
+		write(t, p, "x")
+		testutil.Must(t, os.Remove(p))
+	}
+	write(t, filepath.Join(f.ws, "src", "after"), "a")
+	f.v.w.mu.Unlock()
+	f.v.Sync()
+	if got := listing(t, f.in("src")); !slices.Equal(got, []string{"a.py", "after"}) {
+		t.Errorf("listing after an overflow: %v", got)
+	}
+	if b, err := os.ReadFile(f.v.Path(1)); err != nil || string(b) != "cfg v2\n" {
+		t.Errorf("file mount after a save: %q %v", b, err)
+	}
+	for i, fd := range tops {
+		target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		if err != nil || strings.HasSuffix(target, "(deleted)") {
+			t.Errorf("top entry %d: %q %v: invalidated", i, target, err)
+		}
+	}
+}

@@ -79,8 +79,9 @@ const parentRel = "/"
 
 // watcher keeps one view's kernel caches fresh (see above).
 type watcher struct {
-	v  *View
-	fd int // inotify, non-blocking
+	v   *View
+	fd  int                                    // inotify, non-blocking
+	add func(int, string, uint32) (int, error) // addWatch when made
 
 	// mu serializes reading and acting on events: the loop and Sync.
 	mu  sync.Mutex
@@ -100,7 +101,7 @@ type watcher struct {
 // per-user instance limit) it watches nothing: every directory is then
 // served uncached, as one the watch limit refused.
 func newWatcher(v *View) *watcher {
-	w := &watcher{v: v, fd: -1, byLoc: map[loc]int32{}, byWd: map[int32]map[loc]struct{}{}, done: make(chan struct{})}
+	w := &watcher{v: v, fd: -1, add: addWatch, byLoc: map[loc]int32{}, byWd: map[int32]map[loc]struct{}{}, done: make(chan struct{})}
 	fd, err := inotifyInit(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		return w
@@ -367,7 +368,7 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	// (the magic link is followed to the fd's own inode).
 	// A failure (ENOSPC: the watch limit) leaves l unwatched, served
 	// uncached; the next lookup in it tries again.
-	wd, err := addWatch(w.fd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
+	wd, err := w.add(w.fd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
 	if err != nil {
 		return false
 	}

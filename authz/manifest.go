@@ -45,57 +45,57 @@ const (
 // Manifest is a validated schema_version 1 manifest. Build it with Parse;
 // a Manifest that did not come from Parse is not valid.
 type Manifest struct {
-	SchemaVersion int                   `json:"schema_version"`
-	Base          string                `json:"base,omitempty"`
-	DenyDetail    string                `json:"deny_detail,omitempty"`
-	Principals    map[string]*Principal `json:"principals,omitempty"`
-	Tools         map[string]*Tool      `json:"tools"`
+	SchemaVersion int                   `json:"schema_version" toml:"schema_version"`
+	Base          string                `json:"base,omitempty" toml:"base"`
+	DenyDetail    string                `json:"deny_detail,omitempty" toml:"deny_detail"`
+	Principals    map[string]*Principal `json:"principals,omitempty" toml:"principals"`
+	Tools         map[string]*Tool      `json:"tools" toml:"tools"`
 
 	// BaseDir is Base made absolute against the manifest's directory.
-	BaseDir string `json:"-"`
+	BaseDir string `json:"-" toml:"-"`
 	// Version is "sha256:" + hex of the canonical form.
-	Version string `json:"-"`
+	Version string `json:"-" toml:"-"`
 	// Canonical is the canonical JSON form the version is computed over.
-	Canonical []byte `json:"-"`
+	Canonical []byte `json:"-" toml:"-"`
 }
 
 // Principal maps peer credentials to a name and the tools it may call.
 type Principal struct {
-	UIDs     []uint32 `json:"uids,omitempty"`
-	GIDs     []uint32 `json:"gids,omitempty"`
-	Tools    []string `json:"tools"`
-	Approver bool     `json:"approver,omitempty"`
+	UIDs     []uint32 `json:"uids,omitempty" toml:"uids"`
+	GIDs     []uint32 `json:"gids,omitempty" toml:"gids"`
+	Tools    []string `json:"tools" toml:"tools"`
+	Approver bool     `json:"approver,omitempty" toml:"approver"`
 }
 
 // Tool is one tool's rule. Execute-only and write-only keys are validated
 // here even where the daemon does not run that operation yet.
 type Tool struct {
-	Operation   api.Operation     `json:"operation"`
-	Description string            `json:"description,omitempty"`
-	Roots       []string          `json:"roots,omitempty"`
-	Never       []string          `json:"never,omitempty"`
-	MaxBytes    int64             `json:"max_bytes,omitempty"`
-	Approval    string            `json:"approval,omitempty"`
-	Commands    [][]string        `json:"commands,omitempty"`
-	Mounts      []string          `json:"mounts,omitempty"`
-	Cwd         string            `json:"cwd,omitempty"`
-	Env         map[string]string `json:"env,omitempty"`
-	TimeoutMS   int64             `json:"timeout_ms,omitempty"`
-	MemoryMB    int64             `json:"memory_mb,omitempty"`
-	Pids        int64             `json:"pids,omitempty"`
-	CPUs        float64           `json:"cpus,omitempty"`
-	Seccomp     string            `json:"seccomp,omitempty"`
-	Pool        *int              `json:"pool,omitempty"`
+	Operation   api.Operation     `json:"operation" toml:"operation"`
+	Description string            `json:"description,omitempty" toml:"description"`
+	Roots       []string          `json:"roots,omitempty" toml:"roots"`
+	Never       []string          `json:"never,omitempty" toml:"never"`
+	MaxBytes    int64             `json:"max_bytes,omitempty" toml:"max_bytes"`
+	Approval    string            `json:"approval,omitempty" toml:"approval"`
+	Commands    [][]string        `json:"commands,omitempty" toml:"commands"`
+	Mounts      []string          `json:"mounts,omitempty" toml:"mounts"`
+	Cwd         string            `json:"cwd,omitempty" toml:"cwd"`
+	Env         map[string]string `json:"env,omitempty" toml:"env"`
+	TimeoutMS   int64             `json:"timeout_ms,omitempty" toml:"timeout_ms"`
+	MemoryMB    int64             `json:"memory_mb,omitempty" toml:"memory_mb"`
+	Pids        int64             `json:"pids,omitempty" toml:"pids"`
+	CPUs        float64           `json:"cpus,omitempty" toml:"cpus"`
+	Seccomp     string            `json:"seccomp,omitempty" toml:"seccomp"`
+	Pool        *int              `json:"pool,omitempty" toml:"pool"`
 	// MaxOpenFiles bounds the files one container holds open through
 	// its view (each one an fd of sluiced's); EMFILE beyond it.
-	MaxOpenFiles int64 `json:"max_open_files,omitempty"`
+	MaxOpenFiles int64 `json:"max_open_files,omitempty" toml:"max_open_files"`
 	// ApprovalTimeoutMS bounds how long a call waits for a human.
-	ApprovalTimeoutMS int64 `json:"approval_timeout_ms,omitempty"`
+	ApprovalTimeoutMS int64 `json:"approval_timeout_ms,omitempty" toml:"approval_timeout_ms"`
 	// Mode is which write modes calls may use: create, overwrite or
 	// create_or_overwrite (all; the default).
-	Mode string `json:"mode,omitempty"`
+	Mode string `json:"mode,omitempty" toml:"mode"`
 	// FileMode is the octal permission of files a write creates ("0644").
-	FileMode string `json:"file_mode,omitempty"`
+	FileMode string `json:"file_mode,omitempty" toml:"file_mode"`
 
 	idx *toolIndex // built by Parse; see index.go
 }

@@ -618,3 +618,16 @@ func benchLog() io.Writer {
 	}
 	return io.Discard
 }
+
+// TestTOMLManifest: sluiced loads a manifest by its extension; a .toml
+// one serves as its JSON twin would.
+func TestTOMLManifest(t *testing.T) {
+	fx := escapetest.Build(t)
+	p := filepath.Join(fx.Base, "manifest.toml")
+	testutil.Must(t, os.WriteFile(p, []byte("schema_version = 1\n[tools.read_file]\noperation = 'read'\nroots = ['workspace/src']\n"), 0o644))
+	h := start(t, p, securefs.ModeAuto)
+	res, body := h.call("read_file", map[string]any{"path": "workspace/src/a.py"})
+	if res.Reason != api.ReasonAllowed || !strings.Contains(*res.Output, "hello") {
+		t.Errorf("read through a TOML manifest: %s", body)
+	}
+}

@@ -129,6 +129,6 @@ func checkManifest(manifestPath string) error {
 	if err != nil {
 		return fmt.Errorf("read manifest: %w", err)
 	}
-	_, err = authz.Parse(bytes.NewReader(data), filepath.Dir(abs))
+	_, err = authz.ParseFile(abs, bytes.NewReader(data), filepath.Dir(abs))
 	return err
 }

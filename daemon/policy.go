@@ -54,7 +54,7 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
 	}
-	m, err := authz.Parse(bytes.NewReader(data), filepath.Dir(abs))
+	m, err := authz.ParseFile(abs, bytes.NewReader(data), filepath.Dir(abs))
 	if err != nil {
 		return nil, err
 	}

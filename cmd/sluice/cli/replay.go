@@ -53,7 +53,7 @@ func (e *env) replay(args []string) int {
 		return ExitUsage
 	}
 	abs, _ := filepath.Abs(*manifest)
-	m, err := authz.Parse(mf, filepath.Dir(abs))
+	m, err := authz.ParseFile(abs, mf, filepath.Dir(abs))
 	mf.Close()
 	if err != nil {
 		fmt.Fprintf(e.stderr, "sluice replay: %s: %v\n", *manifest, err)

@@ -1,0 +1,91 @@
+package authz
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const seedJSON = `{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src","workspace/tests"],"max_bytes":65536},"run_tests":{"operation":"execute","commands":[["python","-m","unittest"]]}}}`
+
+const seedTOML = `
+schema_version = 1
+
+[tools.read_file]
+operation = 'read'
+roots = ['workspace/src', 'workspace/tests']
+max_bytes = 65536
+
+[tools.run_tests]
+operation = 'execute'
+commands = [['python', '-m', 'unittest']]
+`
+
+// TestTOMLMatchesJSON: the seed manifest written in TOML loads, and has
+// the policy_version of its JSON twin (one canonical form).
+func TestTOMLMatchesJSON(t *testing.T) {
+	j, err := Parse(strings.NewReader(seedJSON), "/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ParseFile("/etc/sluice/manifest.toml", strings.NewReader(seedTOML), "/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Version != j.Version {
+		t.Errorf("TOML %s, JSON %s", m.Version, j.Version)
+	}
+	if got := m.Tools["run_tests"].Commands; len(got) != 1 || strings.Join(got[0], " ") != "python -m unittest" {
+		t.Errorf("commands: %v", got)
+	}
+}
+
+// TestTOMLErrors: each mistake names the key and the line, as the JSON
+// loader names the key.
+func TestTOMLErrors(t *testing.T) {
+	for _, c := range []struct{ name, doc, want string }{
+		{"unknown key", seedTOML + "\n[tools.x]\noperation = 'read'\nroots = ['a']\nmax_byte = 3\n",
+			"manifest: tools.x.max_byte: line 16: unknown key (schema_version 1 has no such key; check its spelling)"},
+		{"unknown top key", "schema_version = 1\nbogus = 1\n[tools.a]\noperation='read'\nroots=['a']\n",
+			"manifest: bogus: line 2: unknown key"},
+		{"repeated key", "schema_version = 1\n[tools.a]\noperation = 'read'\nroots = ['a']\nroots = ['b']\n",
+			"line 5"},
+		{"repeated table", "schema_version = 1\n[tools.a]\noperation = 'read'\n[tools.a]\nroots = ['b']\n",
+			"line 4"},
+		{"wrong type", "schema_version = 1\n[tools.a]\noperation = 'read'\nroots = ['a']\nmax_bytes = 'lots'\n",
+			"line 5"},
+		{"no schema_version", "[tools.a]\noperation = 'read'\n", "manifest: schema_version: missing; add schema_version = 1"},
+		{"schema_version 2", "schema_version = 2\n", "manifest: schema_version: is 2; this sluice reads only 1"},
+		{"validated as JSON is", "schema_version = 1\n[tools.a]\noperation = 'read'\nroots = ['../x']\n", "manifest: tools.a.roots[0]"},
+		{"not TOML", "schema_version = = 1\n", "line 1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseTOML(strings.NewReader(c.doc), "/base")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestExampleTOMLTwin: profiles/examples/manifest.toml says what
+// manifest.json says, to the policy_version.
+func TestExampleTOMLTwin(t *testing.T) {
+	load := func(name string) *Manifest {
+		t.Helper()
+		f, err := os.Open(filepath.Join("..", "profiles", "examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		m, err := ParseFile(name, f, "/base")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return m
+	}
+	if j, tm := load("manifest.json"), load("manifest.toml"); j.Version != tm.Version {
+		t.Errorf("manifest.toml %s, manifest.json %s:\n%s\n%s", tm.Version, j.Version, tm.Canonical, j.Canonical)
+	}
+}

@@ -61,7 +61,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.Manifest, "manifest", "", "manifest file (JSON, schema_version 1); required")
+	fs.StringVar(&cfg.Manifest, "manifest", "", "manifest file (schema_version 1): JSON, or TOML when it ends in .toml; required")
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "unix socket to listen on")
 	fs.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "state directory; the audit ledger is STATE_DIR/audit.jsonl")
 	fs.StringVar(&cfg.RunDir, "run-dir", daemon.DefaultRunDir, "sandbox run directory: container state, rootfs dirs, a minimal /etc per container uid")

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -302,4 +303,66 @@ func TestEncodeMatchesEncodingJSON(t *testing.T) {
 			t.Errorf("case %d:\n got %s\nwant %s", i, got, want)
 		}
 	}
+}
+
+// TestGroupCommitFailure: a sync that fails while callers wait for the
+// next one ends every wait with ErrUnavailable (none hangs, none is told
+// its record is durable), and a caller told nil has its record covered
+// by a sync that succeeded.
+func TestGroupCommitFailure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path)
+	var syncs atomic.Int64
+	var okSeqMax atomic.Uint64 // the highest seq a successful sync covered
+	l.SetFaults(Faults{Sync: func() error {
+		if syncs.Add(1) > 1 {
+			return errors.New("injected")
+		}
+		return nil
+	}})
+	const n = 200
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seq, err := l.Append(decision(i))
+			if err != nil {
+				if !errors.Is(err, ErrUnavailable) {
+					t.Error(err)
+				}
+				failed.Add(1)
+				return
+			}
+			switch err := l.Sync(seq); {
+			case err == nil:
+				for {
+					cur := okSeqMax.Load()
+					if seq <= cur || okSeqMax.CompareAndSwap(cur, seq) {
+						break
+					}
+				}
+			case errors.Is(err, ErrUnavailable):
+				failed.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	l.mu.Lock()
+	synced, waiting := l.synced, len(l.waiters)
+	l.mu.Unlock()
+	if okSeqMax.Load() > synced {
+		t.Errorf("a caller was told seq %d is durable; the last good sync covered %d", okSeqMax.Load(), synced)
+	}
+	if waiting != 0 {
+		t.Errorf("%d waiters left parked", waiting)
+	}
+	if syncs.Load() > 1 && failed.Load() == 0 {
+		t.Errorf("the failed sync failed nobody")
+	}
+	t.Logf("%d syncs, %d calls failed, synced up to %d", syncs.Load(), failed.Load(), synced)
+	l.Close()
 }

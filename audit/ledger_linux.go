@@ -19,7 +19,6 @@ type Ledger struct {
 	path string
 
 	mu       sync.Mutex
-	cond     *sync.Cond
 	f        *os.File
 	size     int64  // bytes of whole records in the file
 	seq      uint64 // last seq written
@@ -30,6 +29,8 @@ type Ledger struct {
 	syncs    uint64 // fdatasync calls made
 	appended uint64 // records appended since Open
 	writeErr error  // the last append's failure, cleared by a success
+
+	waiters []*syncWaiter // callers of Sync parked until a sync covers their seq
 
 	anchor     *anchorFile
 	anchorSync time.Time // when the anchor was last fdatasynced
@@ -90,7 +91,6 @@ func OpenWith(path string, opts Options) (*Ledger, Recovery, error) {
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
-	l.cond = sync.NewCond(&l.mu)
 	if err := l.recoverTail(&rec); err != nil {
 		f.Close()
 		return nil, rec, err
@@ -403,51 +403,114 @@ func (l *Ledger) Append(rec *Record) (uint64, error) {
 // next one, which covers everything written by then (group commit). A
 // failed sync poisons the ledger, since after a failed fsync the kernel
 // may have dropped the dirty pages and a retry proves nothing.
+//
+// A waiter is woken once: when a sync covers its seq (or the ledger
+// broke), or to run the next sync itself, the syncer's role handed to it
+// directly. Waking every waiter at the end of each sync, as a broadcast
+// would, wakes those the sync did not cover only to park them again: on
+// a VM each wake is a context switch, the read path's main CPU cost.
 func (l *Ledger) Sync(seq uint64) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	for {
 		if l.synced >= seq {
+			l.mu.Unlock()
 			return nil
 		}
 		if l.broken != nil {
-			return l.broken
+			err := l.broken
+			l.mu.Unlock()
+			return err
 		}
-		if l.syncing {
-			l.cond.Wait()
-			continue
+		if !l.syncing {
+			l.syncing = true
+			break
 		}
-		l.syncing = true
-		head := Anchor{Seq: l.seq, Size: l.size, Hash: l.prev}
-		fault := l.faults.Sync
-		topUp := l.reserve > 0 && l.reserveEnd-l.size < l.reserve/2 &&
-			(l.reserveErr == nil || l.now().Sub(l.reserveTry) >= reserveRetry)
+		w := waiterPool.Get().(*syncWaiter)
+		w.seq, w.lead = seq, false
+		l.waiters = append(l.waiters, w)
 		l.mu.Unlock()
-		err := unix.Fdatasync(int(l.f.Fd()))
-		if fault != nil {
-			if ferr := fault(); ferr != nil {
-				err = ferr
-			}
-		}
-		if err == nil && head.Seq > l.head.Seq {
-			// The anchor names only durable records: the syncer writes
-			// it once per batch, after the fdatasync that covered them.
-			err = l.writeAnchor(head, false)
-		}
-		if err == nil && topUp {
-			_ = l.topUp(head.Size) // failure: Health reports degraded
-		}
+		<-w.ch
+		lead := w.lead
+		waiterPool.Put(w)
 		l.mu.Lock()
-		l.syncs++
-		l.syncing = false
-		if err != nil {
-			l.broken = fmt.Errorf("%w: fdatasync: %w", ErrUnavailable, err)
-		} else if head.Seq > l.synced {
-			l.synced = head.Seq
+		if lead && l.broken != nil {
+			l.handOff() // the ledger broke meanwhile: nothing to sync
+		} else if lead {
+			break // l.syncing stays true: the role was handed over
 		}
-		l.cond.Broadcast()
 	}
+	// This caller is the syncer: l.syncing is true and l.mu is held. Its
+	// own record was appended before it got here, so the sync covers it.
+	head := Anchor{Seq: l.seq, Size: l.size, Hash: l.prev}
+	fault := l.faults.Sync
+	topUp := l.reserve > 0 && l.reserveEnd-l.size < l.reserve/2 &&
+		(l.reserveErr == nil || l.now().Sub(l.reserveTry) >= reserveRetry)
+	anchored := l.head.Seq
+	l.mu.Unlock()
+	err := unix.Fdatasync(int(l.f.Fd()))
+	if fault != nil {
+		if ferr := fault(); ferr != nil {
+			err = ferr
+		}
+	}
+	if err == nil && head.Seq > anchored {
+		// The anchor names only durable records: the syncer writes it
+		// once per batch, after the fdatasync that covered them.
+		err = l.writeAnchor(head, false)
+	}
+	if err == nil && topUp {
+		_ = l.topUp(head.Size) // failure: Health reports degraded
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.syncs++
+	if err != nil {
+		l.broken = fmt.Errorf("%w: fdatasync: %w", ErrUnavailable, err)
+	} else if head.Seq > l.synced {
+		l.synced = head.Seq
+	}
+	l.handOff()
+	if l.synced >= seq {
+		return nil
+	}
+	return l.broken
 }
+
+// handOff ends a sync (l.mu held): it wakes the waiters it covered (all of
+// them once the ledger is broken) and hands the syncer's role to the first
+// one it did not cover, or clears l.syncing when there is none.
+func (l *Ledger) handOff() {
+	var lead *syncWaiter
+	next := l.waiters[:0]
+	for _, w := range l.waiters {
+		switch {
+		case w.seq <= l.synced || l.broken != nil:
+			w.ch <- struct{}{}
+		case lead == nil:
+			lead = w
+		default:
+			next = append(next, w)
+		}
+	}
+	clear(l.waiters[len(next):])
+	l.waiters = next
+	if lead == nil {
+		l.syncing = false
+		return
+	}
+	lead.lead = true
+	lead.ch <- struct{}{}
+}
+
+// syncWaiter is a caller of Sync parked until a sync covers seq, or until
+// it is handed the syncer's role (lead).
+type syncWaiter struct {
+	seq  uint64
+	lead bool
+	ch   chan struct{} // buffered: the waker never blocks
+}
+
+var waiterPool = sync.Pool{New: func() any { return &syncWaiter{ch: make(chan struct{}, 1)} }}
 
 // AppendSync appends rec and waits until it is durable.
 func (l *Ledger) AppendSync(rec *Record) error {

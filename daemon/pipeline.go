@@ -141,6 +141,12 @@ func (c *call) pipeline(em emitter) {
 		return
 	}
 	streaming := c.op.streams && em.streams()
+	// A buffered read or list has no effect and sends nothing before its
+	// result, so its decision is only appended here (written, in the
+	// ledger's order, before the read) and the one fdatasync after the
+	// result record below makes both durable before either leaves the
+	// daemon: within docs/design.md §3, with one sync per call, shared by
+	// group commit, instead of two.
 	if c.op.effects || streaming {
 		if err := c.d.ledger.Sync(seq); err != nil {
 			c.failClosed()

@@ -6,7 +6,11 @@
 // same body), the durability floor (one append+fdatasync in the state
 // dir), and spawning cat. It prints a table with ratios.
 //
-//	readbench --bin bin [--n 3000] [--seconds 5]
+//	readbench --bin bin [--base DIR] [--n 3000] [--seconds 5] [--clients 1,2,4,8]
+//
+// --base runs a second sluiced (a baseline build) beside the first, its
+// calls interleaved with the others', so that an A/B on a busy machine
+// compares like with like.
 package main
 
 import (
@@ -25,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,8 +44,10 @@ func main() {
 		return
 	}
 	bin := flag.String("bin", "bin", "directory holding sluiced")
+	base := flag.String("base", "", "directory holding a baseline sluiced, measured interleaved beside --bin (A/B)")
 	n := flag.Int("n", 3000, "sequential calls per latency measurement")
 	secs := flag.Float64("seconds", 4, "seconds per throughput measurement")
+	clientsFlag := flag.String("clients", "1,2,4,8", "client counts for the throughput rows")
 	work := flag.String("dir", "", "work dir on a real disk (default: a temp dir under /var/tmp)")
 	flag.Parse()
 	if *work == "" {
@@ -48,6 +55,12 @@ func main() {
 		check(err)
 		defer os.RemoveAll(d)
 		*work = d
+	}
+	var clientCounts []int
+	for _, f := range strings.Split(*clientsFlag, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		check(err)
+		clientCounts = append(clientCounts, k)
 	}
 	ws := filepath.Join(*work, "workspace", "src")
 	check(os.MkdirAll(ws, 0o755))
@@ -57,21 +70,41 @@ func main() {
 	manifest := filepath.Join(*work, "manifest.json")
 	check(os.WriteFile(manifest, []byte(`{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src"]}}}`), 0o644))
 
-	// sluiced
-	sock := filepath.Join(*work, "sluice.sock")
-	state := filepath.Join(*work, "state")
-	d := exec.Command(filepath.Join(*bin, "sluiced"), "--manifest", manifest, "--socket", sock, "--state-dir", state, "--log-level", "error")
-	d.Stderr = os.Stderr
-	check(d.Start())
-	defer func() { d.Process.Signal(unix.SIGTERM); d.Wait() }()
-	c := client.New(sock)
-	waitReady(func() error { _, err := c.Health(context.Background()); return err })
+	// sluiced (and the baseline's), each with its own state dir on the
+	// same disk
+	type daemon struct {
+		name, sock, state string
+		cmd               *exec.Cmd
+		c                 *client.Client
+	}
+	startDaemon := func(name, dir string) *daemon {
+		sd := &daemon{name: name, sock: filepath.Join(*work, name+".sock"), state: filepath.Join(*work, name+"-state")}
+		sd.cmd = exec.Command(filepath.Join(dir, "sluiced"), "--manifest", manifest, "--socket", sd.sock, "--state-dir", sd.state,
+			"--run-dir", filepath.Join(*work, name+"-run"), "--log-level", "error")
+		sd.cmd.Stderr = os.Stderr
+		sd.cmd.SysProcAttr = dieWithUs
+		check(sd.cmd.Start())
+		sd.c = client.New(sd.sock)
+		waitReady(func() error { _, err := sd.c.Health(context.Background()); return err })
+		return sd
+	}
+	daemons := []*daemon{startDaemon("sluice", *bin)}
+	if *base != "" {
+		daemons = append(daemons, startDaemon("base", *base))
+	}
+	defer func() {
+		for _, sd := range daemons {
+			sd.cmd.Process.Signal(unix.SIGTERM)
+			sd.cmd.Wait()
+		}
+	}()
 
 	// no-op floor, its own process like sluiced
 	noopSock := filepath.Join(*work, "noop.sock")
 	self, _ := os.Executable()
 	nsrv := exec.Command(self, "noop-server", noopSock, file)
 	nsrv.Stderr = os.Stderr
+	nsrv.SysProcAttr = dieWithUs
 	check(nsrv.Start())
 	defer func() { nsrv.Process.Kill(); nsrv.Wait() }()
 	noop := client.New(noopSock)
@@ -90,18 +123,25 @@ func main() {
 			return nil
 		}
 	}
-	rssIdle := rss(d.Process.Pid)
+	rssIdle := rss(daemons[0].cmd.Process.Pid)
 
-	// warm up both
-	latency(call(c), 200)
+	// warm up all
+	for _, sd := range daemons {
+		latency(call(sd.c), 200)
+	}
 	latency(call(noop), 200)
 
-	// Interleaved, so that all three see the same disk and CPU conditions:
+	// Interleaved, so that all see the same disk and CPU conditions:
 	// fdatasync cost on a virtual disk drifts by tens of percent over minutes.
-	syncOnce, closeSync := fsyncFloor(state)
+	syncOnce, closeSync := fsyncFloor(daemons[0].state)
 	defer closeSync()
-	lat := interleaved(*n, call(c), call(noop), syncOnce)
-	sl, nl, sync1 := lat[0], lat[1], lat[2]
+	var fns []func() error
+	for _, sd := range daemons {
+		fns = append(fns, call(sd.c))
+	}
+	fns = append(fns, call(noop), syncOnce)
+	lat := interleaved(*n, fns...)
+	sl, nl, sync1 := lat[0], lat[len(daemons)], lat[len(daemons)+1]
 	catl := latency(func() error {
 		out, err := exec.Command("cat", file).Output()
 		if err == nil && len(out) != 4096 {
@@ -116,24 +156,54 @@ func main() {
 		fmt.Printf("%-44s %9.0f %9.0f %9.0f\n", name, us(pct(s, 50)), us(pct(s, 95)), us(pct(s, 99)))
 	}
 	row("sluice read_file (Go client, socket)", sl)
+	if len(daemons) > 1 {
+		row("baseline sluiced (--base)", lat[1])
+	}
 	row("floor: no-op HTTP server, same body", nl)
 	row("floor: one append+fdatasync (state dir)", sync1)
 	row("spawn cat (fork/exec/wait)", catl)
 	floor := pct(nl, 50) + pct(sync1, 50)
+	budget := floor + 50*time.Microsecond
 	over := pct(sl, 50) - floor
 	fmt.Printf("\nsluice p50 %.0f µs = transport floor %.0f + durability floor %.0f + %.0f µs of its own work (goal ≤ 50)\n",
 		us(pct(sl, 50)), us(pct(nl, 50)), us(pct(sync1, 50)), us(over))
-	fmt.Printf("sluice p50 / (transport+durability floors) = %.2f; sluice p50 / spawn cat = %.2f\n",
-		float64(pct(sl, 50))/float64(floor), float64(pct(sl, 50))/float64(pct(catl, 50)))
-
-	fmt.Printf("\nthroughput over %.0f s per row (calls/s)\n", *secs)
-	fmt.Printf("%-10s %12s %12s %8s\n", "clients", "sluice", "no-op floor", "ratio")
-	for _, k := range []int{1, 2, 4, 8} {
-		s := throughput(sock, req, k, *secs)
-		f := throughput(noopSock, req, k, *secs)
-		fmt.Printf("%-10d %12.0f %12.0f %8.2f\n", k, s, f, s/f)
+	fmt.Printf("sluice p50 / budget (floors + 50 µs, %.0f µs) = %.2f (goal ≤ 1); sluice p50 / spawn cat = %.2f\n",
+		us(budget), float64(pct(sl, 50))/float64(budget), float64(pct(sl, 50))/float64(pct(catl, 50)))
+	if len(daemons) > 1 {
+		fmt.Printf("baseline p50 %.0f µs = %.2f × budget\n", us(pct(lat[1], 50)), float64(pct(lat[1], 50))/float64(budget))
 	}
-	rssLoad := rss(d.Process.Pid)
+
+	// Throughput rows, each server in turn for each client count; CPU is
+	// the server process's user+system time per call (from /proc), which
+	// a busy machine disturbs far less than wall-clock rates.
+	fmt.Printf("\nthroughput over %.0f s per row (calls/s; server CPU µs per call)\n", *secs)
+	hdr := fmt.Sprintf("%-8s %9s %7s", "clients", "sluice", "cpu")
+	if len(daemons) > 1 {
+		hdr += fmt.Sprintf(" %9s %7s", "baseline", "cpu")
+	}
+	fmt.Printf("%s %9s %7s %7s", hdr, "no-op", "cpu", "ratio")
+	if len(daemons) > 1 {
+		fmt.Printf(" %9s", "base/noop")
+	}
+	fmt.Println()
+	for _, k := range clientCounts {
+		var rates, cpus []float64
+		for _, sd := range daemons {
+			r, cpu := throughput(sd.sock, sd.cmd.Process.Pid, req, k, *secs)
+			rates, cpus = append(rates, r), append(cpus, cpu)
+		}
+		f, fcpu := throughput(noopSock, nsrv.Process.Pid, req, k, *secs)
+		fmt.Printf("%-8d %9.0f %7.0f", k, rates[0], cpus[0])
+		if len(daemons) > 1 {
+			fmt.Printf(" %9.0f %7.0f", rates[1], cpus[1])
+		}
+		fmt.Printf(" %9.0f %7.0f %7.2f", f, fcpu, rates[0]/f)
+		if len(daemons) > 1 {
+			fmt.Printf(" %9.2f", rates[1]/f)
+		}
+		fmt.Println()
+	}
+	rssLoad := rss(daemons[0].cmd.Process.Pid)
 	fmt.Printf("\nsluiced RSS: idle %.1f MiB, after load %.1f MiB (goal idle ≤ 30)\n", float64(rssIdle)/1024, float64(rssLoad)/1024)
 }
 
@@ -200,9 +270,13 @@ func latency(fn func() error, n int) []time.Duration {
 	return out
 }
 
-func throughput(sock string, req api.CallRequest, clients int, secs float64) float64 {
+// throughput runs clients back to back for secs against sock and returns
+// calls/s and the CPU time (user+system) of the server process pid per
+// call.
+func throughput(sock string, pid int, req api.CallRequest, clients int, secs float64) (float64, float64) {
 	var count atomic.Int64
 	var wg sync.WaitGroup
+	cpu0 := cpuTime(pid)
 	deadline := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	for range clients {
 		wg.Add(1)
@@ -219,7 +293,21 @@ func throughput(sock string, req api.CallRequest, clients int, secs float64) flo
 		}()
 	}
 	wg.Wait()
-	return float64(count.Load()) / secs
+	calls := count.Load()
+	return float64(calls) / secs, us(cpuTime(pid)-cpu0) / float64(max(calls, 1))
+}
+
+// cpuTime is the user+system time pid has used, from /proc/pid/stat.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from state on
+	ut, _ := strconv.ParseInt(f[11], 10, 64)                 // utime is field 14
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
 }
 
 func pct(s []time.Duration, p int) time.Duration { return s[(len(s)-1)*p/100] }
@@ -249,6 +337,11 @@ func waitReady(ping func() error) {
 	}
 	check(fmt.Errorf("server not ready"))
 }
+
+// dieWithUs ends a server this program started when it exits, also
+// through check's os.Exit, which skips the deferred stops: an orphaned
+// sluiced would keep its run dir locked.
+var dieWithUs = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 
 func check(err error) {
 	if err != nil {

@@ -35,8 +35,9 @@ if [ $# -gt 0 ]; then
   TARGETS=("$@")
 else
   # Every func FuzzX in a _test.go is in the list, and every listed one exists.
-  found=$(git grep -h -o -E '^func Fuzz[A-Za-z0-9_]*' -- '*_test.go' 2>/dev/null | sed 's/^func //' | sort)
-  listed=$(printf '%s\n' "${TARGETS[@]}" | sed 's/.*://' | sort)
+  found=$(git grep --untracked -o -E '^func Fuzz[A-Za-z0-9_]*' -- '*_test.go' |
+    sed -E 's|^(.*)/[^/]*_test\.go:func (Fuzz.*)$|\1:\2|' | sort)
+  listed=$(printf '%s\n' "${TARGETS[@]}" | sort)
   if [ "$found" != "$listed" ]; then
     echo "fuzz: scripts/fuzz.sh's TARGETS and the tree's Fuzz functions differ (< in the tree, > listed):" >&2
     diff <(echo "$found") <(echo "$listed") >&2

@@ -171,6 +171,9 @@ func FuzzStreamEvents(f *testing.F) {
 				if ev.Resource != wantRes {
 					t.Fatalf("result resource %q, want %q", ev.Resource, wantRes)
 				}
+				if o == nil && (ev.OK || ev.Bytes != 0 || ev.ExitCode != nil || ev.Stderr != "") {
+					t.Fatalf("a denial shows a run: %s", line)
+				}
 				if o != nil {
 					if ev.Bytes != int64(len(o.output)) || ev.ExitCode == nil || *ev.ExitCode != exit || ev.OK != (exit == 0) {
 						t.Fatalf("result fields: %s", line)

@@ -5,7 +5,7 @@ export CGO_ENABLED := 1
 GO ?= go
 BUILD_FLAGS := -tags seccomp -trimpath
 
-.PHONY: all help deps build test demo bench bench-read vet clean vagrant-e2e
+.PHONY: all help deps build test fuzz demo bench bench-read vet clean vagrant-e2e
 
 all: build
 
@@ -13,6 +13,7 @@ help:
 	@echo "make demo   - build, start sluiced on the example, run a scripted agent session, verify the audit"
 	@echo "make test   - the whole suite as root: vet, unit, e2e over the real socket, race, fuzz"
 	@echo "make build  - bin/sluiced and bin/sluice"
+	@echo "make fuzz   - every fuzz target for FUZZTIME (default 10m) each; saves new corpus entries to testdata/fuzz to commit"
 	@echo "make vagrant-e2e - a Debian 12 VM (libvirt): install.sh, the socket-activated service, the e2e suite against it; destroyed after"
 	@echo "make bench  - benchmarks against the transport, durability and spawn floors (prints ratios)"
 	@echo "make deps   - apt packages (only if missing) and Go modules"
@@ -33,6 +34,12 @@ vet:
 
 test: build
 	@scripts/test.sh
+
+# FUZZTIME=30s for a short run. New inputs land in <pkg>/testdata/fuzz/:
+# commit them (docs/testing.md "Fuzzing").
+FUZZTIME ?= 10m
+fuzz:
+	@FUZZTIME=$(FUZZTIME) scripts/fuzz.sh --save
 
 demo: build
 	@scripts/demo.sh

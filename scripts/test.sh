@@ -68,10 +68,7 @@ SLUICE_BIN_DIR="$PWD/bin" go test $TAGS -count=1 ./... 2>&1 | tee -a "$log"
 echo "== race detector (pure and daemon packages)"
 SLUICE_BIN_DIR="$PWD/bin" go test $TAGS -race -count=1 ./authz/ ./audit/ ./internal/securefs/ ./daemon/ ./client/ 2>&1 | tee -a "$log"
 
-echo "== fuzz targets, $FUZZTIME each"
-for target in authz:FuzzParse daemon:FuzzCallBody internal/securefs:FuzzResolve; do
-  pkg=${target%%:*}; fn=${target##*:}
-  go test $TAGS -run '^$' -fuzz "^${fn}\$" -fuzztime "$FUZZTIME" "./$pkg/" 2>&1 | tail -n 1 | tee -a "$log"
-done
+echo "== fuzz targets, $FUZZTIME each (scripts/fuzz.sh: the list make fuzz runs too)"
+FUZZTIME=$FUZZTIME scripts/fuzz.sh 2>&1 | tee -a "$log"
 # Package runs (unit, race, fuzz) that passed and failed.
 echo "test: $(grep -c '^ok' "$log") passed, $(grep -c '^FAIL' "$log") failed"

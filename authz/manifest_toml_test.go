@@ -89,3 +89,22 @@ func TestExampleTOMLTwin(t *testing.T) {
 		t.Errorf("manifest.toml %s, manifest.json %s:\n%s\n%s", tm.Version, j.Version, tm.Canonical, j.Canonical)
 	}
 }
+
+// FuzzParseTOML: ParseTOML never panics, and what it accepts is a
+// manifest Parse accepts too, with the same policy_version (it went
+// through Parse as JSON).
+func FuzzParseTOML(f *testing.F) {
+	f.Add(seedTOML)
+	f.Add("schema_version = 1\n[tools.a]\noperation = 'execute'\ncommands = [['x']]\nmounts = ['m']\nenv = { A = 'b' }\npool = 0\n")
+	f.Add("schema_version = 1\n[principals.p]\nuids = [1]\ntools = ['*']\n[tools.a]\noperation = 'write'\nroots = ['r']\nmode = 'create'\n")
+	f.Fuzz(func(t *testing.T, doc string) {
+		m, err := ParseTOML(strings.NewReader(doc), "/base")
+		if err != nil {
+			return
+		}
+		j, err := Parse(strings.NewReader(string(m.Canonical)), "/base")
+		if err != nil || j.Version != m.Version {
+			t.Fatalf("accepted TOML whose canonical form does not parse the same: %v\n%s", err, m.Canonical)
+		}
+	})
+}

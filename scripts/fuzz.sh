@@ -22,6 +22,7 @@ FUZZTIME=${FUZZTIME:-10m}
 TARGETS=(
   authz:FuzzParse
   authz:FuzzNeverFolded
+  authz:FuzzParseTOML
   daemon:FuzzCallBody
   daemon:FuzzStreamEvents
   daemon:FuzzLoadMounts

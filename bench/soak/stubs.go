@@ -1,0 +1,7 @@
+//go:build linux
+
+package main
+
+func scenarioKill(dir string) (r row)      { r.fail("todo"); return }
+func scenarioConns(dir string) (r row)     { r.fail("todo"); return }
+func scenarioAuditFull(dir string) (r row) { r.fail("todo"); return }

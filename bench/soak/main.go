@@ -377,6 +377,7 @@ var metricsLine = regexp.MustCompile(`"msg":"serving metrics","addr":"http://([^
 // metrics address is known.
 func (d *daemon) start() error {
 	d.log = &syncBuffer{}
+	d.metrics = ""
 	args := append([]string{"--manifest", d.manifest, "--socket", d.socket, "--state-dir", d.state,
 		"--run-dir", d.run, "--metrics-listen", "127.0.0.1:0", "--log-level", "info"}, d.extra...)
 	d.cmd = exec.Command(filepath.Join(binDir, "sluiced"), args...)

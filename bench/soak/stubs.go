@@ -2,6 +2,5 @@
 
 package main
 
-func scenarioKill(dir string) (r row)      { r.fail("todo"); return }
 func scenarioConns(dir string) (r row)     { r.fail("todo"); return }
 func scenarioAuditFull(dir string) (r row) { r.fail("todo"); return }

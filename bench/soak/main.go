@@ -88,7 +88,7 @@ func main() {
 	flag.IntVar(&nIdle, "idle", envInt("SOAK_IDLE", 1000), "row 3: idle connections ($SOAK_IDLE)")
 	flag.IntVar(&nSlow, "slowloris", envInt("SOAK_SLOWLORIS", 16), "row 3: slowloris clients ($SOAK_SLOWLORIS)")
 	flag.IntVar(&nNewConns, "new", envInt("SOAK_NEW", 200), "row 3: new clients timed ($SOAK_NEW)")
-	serveMS := flag.Int("serve-ms", envInt("SOAK_SERVE_MS", 100), "row 3: a new client's p99 from dial to result, at most ($SOAK_SERVE_MS)")
+	serveMS := flag.Int("serve-ms", envInt("SOAK_SERVE_MS", 100), "row 3: p95 of a new client's dial to result, at most, in ms ($SOAK_SERVE_MS)")
 	only := flag.String("only", envStr("SOAK_ONLY", "1,2,3,4"), "rows to run, e.g. 1,3 ($SOAK_ONLY)")
 	flag.BoolVar(&keep, "keep", os.Getenv("SOAK_KEEP") == "1", "keep the work dir (and daemon logs) after a run ($SOAK_KEEP=1)")
 	flag.BoolVar(&verbose, "v", os.Getenv("SOAK_VERBOSE") == "1", "print progress details ($SOAK_VERBOSE=1)")

@@ -807,7 +807,17 @@ func ledgerReport(path string, seen []seenCall) (map[string]*ledgerCall, map[str
 	}
 	missing := 0
 	for _, s := range seen {
+		// audit_unavailable: a denial has no record (the decision could
+		// not be written); an allowed call's decision was, its result not.
 		if s.reason == api.ReasonAuditUnavailable {
+			if s.verdict == api.VerdictAllow {
+				if lc := calls[s.id]; lc == nil || lc.decision == nil || lc.decision.Verdict != "allow" {
+					missing++
+					if missing <= 5 {
+						probs = append(probs, fmt.Sprintf("call %s (allow audit_unavailable) ran without its allowed decision record", s.id))
+					}
+				}
+			}
 			continue
 		}
 		lc := calls[s.id]

@@ -293,6 +293,7 @@ func scenarioAuditFull(dir string) (r row) {
 	if !r.check(d.stop(), "stop") {
 		return
 	}
+	d.checkClean(&r, dir, state)
 	calls := ledgerChecks(&r, d, m.seen)
 	// Nothing ran unrecorded: what each write target holds was written
 	// by a call whose allowed decision is in the ledger.

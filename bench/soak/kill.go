@@ -253,12 +253,7 @@ func scenarioKill(dir string) (r row) {
 	if !r.check(d.stop(), "stop") {
 		return
 	}
-	if left := sandbox.Leftovers(d.run); len(left) > 0 {
-		r.fail("left after the final stop: %v", left)
-	}
-	if m := mountsUnder(dir); len(m) > 0 {
-		r.fail("mounts left after the final stop: %v", m)
-	}
+	d.checkClean(&r, dir)
 	calls := ledgerChecks(&r, d, seen)
 	// Each command that ran has its durable allowed decision.
 	ran := 0

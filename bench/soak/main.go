@@ -26,6 +26,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -38,6 +40,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -478,6 +481,37 @@ func (d *daemon) cleanup() {
 	}
 }
 
+// scopeDirs lists the cgroup dirs of the run dir's scope that exist, in
+// every hierarchy (v1 and v2): sluice/<first 4 bytes of sha256(run dir)>,
+// as sandbox names them outside systemd.
+func (d *daemon) scopeDirs() []string {
+	sum := sha256.Sum256([]byte(filepath.Clean(d.run)))
+	scope := hex.EncodeToString(sum[:4])
+	var out []string
+	for _, pat := range []string{"/sys/fs/cgroup/*/sluice/" + scope, "/sys/fs/cgroup/sluice/" + scope} {
+		m, _ := filepath.Glob(pat)
+		out = append(out, m...)
+	}
+	return out
+}
+
+// checkClean: after the daemon stopped, nothing of its containers is
+// left: no process, cgroup, mount or rootfs dir (sandbox.Leftovers, read
+// from the kernel), no mount under the row's dir but ours (the row's own
+// tmpfs), no cgroup scope dir.
+func (d *daemon) checkClean(r *row, dir string, ours ...string) {
+	left := sandbox.Leftovers(d.run)
+	for _, m := range mountsUnder(dir) {
+		if !slices.Contains(ours, m) {
+			left = append(left, "mount "+m)
+		}
+	}
+	left = append(left, d.scopeDirs()...)
+	if len(left) > 0 {
+		r.fail("left after the daemon stopped: %v", left)
+	}
+}
+
 func (d *daemon) ledger() string { return filepath.Join(d.state, "audit.jsonl") }
 
 // verify runs `sluice audit verify` on the ledger (the daemon stopped).
@@ -542,12 +576,19 @@ func (d *daemon) quiet(conns bool) error {
 		if v := m["sluice_connections_open"]; conns && v != 0 {
 			return fmt.Errorf("%v connections open", v)
 		}
+		pooled := 0
 		for k, size := range m {
 			if tool, ok := strings.CutPrefix(k, "sluice_pool_size"); ok {
 				if ready := m["sluice_pool_ready"+tool]; ready != size {
 					return fmt.Errorf("pool %s: %v of %v ready", tool, ready, size)
 				}
+				pooled += int(size)
 			}
+		}
+		// and the containers that ran calls are destroyed (that runs in
+		// the background, holding fds until it is done)
+		if n := sandbox.Containers(d.run); n != pooled {
+			return fmt.Errorf("%d containers, %d pooled", n, pooled)
 		}
 		return nil
 	})
@@ -557,6 +598,19 @@ func (d *daemon) quiet(conns bool) error {
 type usage struct {
 	fds, goroutines int
 	rssKiB          int64
+	fdLinks         map[string]int // what the fds name → how many
+}
+
+// fdsAdded names what u holds more of than before.
+func (u usage) fdsAdded(before usage) []string {
+	var out []string
+	for l, n := range u.fdLinks {
+		if n > before.fdLinks[l] {
+			out = append(out, fmt.Sprintf("%s ×%d", l, n-before.fdLinks[l]))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (u usage) String() string {
@@ -570,6 +624,17 @@ func (d *daemon) usage() (usage, error) {
 		return u, err
 	}
 	u.fds = len(ents)
+	u.fdLinks = map[string]int{}
+	for _, e := range ents {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", d.pid(), e.Name()))
+		if err != nil {
+			continue // closed meanwhile
+		}
+		if i := strings.IndexByte(l, '['); i > 0 { // socket:[123] → socket
+			l = l[:i-1]
+		}
+		u.fdLinks[l]++
+	}
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.pid()))
 	if err != nil {
 		return u, err

@@ -352,7 +352,7 @@ func scenarioMixed(dir string) (r row) {
 	r.note("at 50%%: %s", h)
 	r.note("at 100%%: %s", f)
 	if f.fds > w.fds+4 || h.fds > w.fds+4 {
-		r.fail("fds grew after warm-up: %d → %d → %d", w.fds, h.fds, f.fds)
+		r.fail("fds grew after warm-up: %d → %d → %d; new since 10%%: %v", w.fds, h.fds, f.fds, f.fdsAdded(w))
 	}
 	if f.goroutines > w.goroutines+8 || h.goroutines > w.goroutines+8 {
 		r.fail("goroutines grew after warm-up: %d → %d → %d", w.goroutines, h.goroutines, f.goroutines)
@@ -365,6 +365,7 @@ func scenarioMixed(dir string) (r row) {
 	if !r.check(d.stop(), "stop") {
 		return
 	}
+	d.checkClean(&r, dir)
 	ledgerChecks(&r, d, m.seen)
 	return
 }

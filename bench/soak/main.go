@@ -385,16 +385,25 @@ func (d *daemon) start() error {
 		"--run-dir", d.run, "--metrics-listen", "127.0.0.1:0", "--log-level", "info"}, d.extra...)
 	d.cmd = exec.Command(filepath.Join(binDir, "sluiced"), args...)
 	d.cmd.Stderr = d.log
+	// and to a file beside the row's dirs, kept with --keep; open until
+	// the daemon has exited (a closed stderr would SIGPIPE it)
+	lf, err := os.OpenFile(filepath.Join(filepath.Dir(d.run), "sluiced.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	d.cmd.Stderr = io.MultiWriter(d.log, lf)
 	if err := d.cmd.Start(); err != nil {
+		lf.Close()
 		return err
 	}
 	d.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, exited chan struct{}) {
 		d.waitErr = cmd.Wait()
+		lf.Close()
 		close(exited)
 	}(d.cmd, d.exited)
 	d.c = client.New(d.socket)
-	err := poll(60*time.Second, func() error {
+	err = poll(60*time.Second, func() error {
 		select {
 		case <-d.exited:
 			return stop(fmt.Errorf("sluiced exited: %v\n%s", d.waitErr, tail(d.log.String(), 2000)))

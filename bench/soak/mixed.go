@@ -382,7 +382,7 @@ func ledgerChecks(r *row, d *daemon, seen []seenCall) map[string]*ledgerCall {
 		r.fail("ledger: %s", p)
 	}
 	if len(probs) == 0 {
-		r.note("ledger: every one of %d results seen has its decision (and result) record; %d decisions, %d results",
+		r.note("ledger: all %d results the clients saw are explained (a decision record, and a result record for an allowed call; none for an audit_unavailable denial); %d decisions, %d results in all",
 			len(seen), kinds["decision"], kinds["result"])
 	}
 	return calls

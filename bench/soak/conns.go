@@ -96,7 +96,6 @@ func scenarioConns(dir string) (r row) {
 	if !r.check(d.start(), "start") {
 		return
 	}
-	r.note("RLIMIT_NOFILE of the soak: %d", nofile())
 
 	// The idle connections, a few uids' worth.
 	var idle []*idleConn
@@ -286,8 +285,13 @@ func scenarioConns(dir string) (r row) {
 		len(hlat), ms(hpct(50)), ms(hpct(95)), ms(hpct(99)), ms(hpct(100)))
 	r.note("new clients (dial + read_file) beside %d idle connections of %d uids and %d slowloris clients: %d served, p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms (limit p95 %v)",
 		len(idle), uids, nSlow, len(lat), ms(pct(50)), ms(pct(95)), ms(pct(99)), ms(pct(100)), serveLimit)
-	r.note("over %.1f s: slowloris cut off %d times (%d bytes dribbled); connections open %v, evicted %v, refused %v",
-		window.Seconds(), cuts.Load(), dribbled.Load(), m["sluice_connections_open"], m["sluice_connections_evicted_total"], m["sluice_connections_refused_total"])
+	r.note("over %.1f s: slowloris cut off %d times (%d bytes dribbled); connections open %v, evicted %v, refused %v; the soak's RLIMIT_NOFILE %d",
+		window.Seconds(), cuts.Load(), dribbled.Load(), m["sluice_connections_open"], m["sluice_connections_evicted_total"], m["sluice_connections_refused_total"], nofile())
+	// Below both caps (1,024 in all, 256 a uid), nothing is evicted or
+	// refused: the idle and slow connections take no one's place.
+	if nIdle+nSlow+2 < 1024 && (m["sluice_connections_evicted_total"] != 0 || m["sluice_connections_refused_total"] != 0) {
+		r.fail("connections evicted or refused below the caps")
+	}
 	for i, b := range bad {
 		if i == 5 {
 			r.fail("… %d failed new clients in all", len(bad))

@@ -5,7 +5,7 @@ export CGO_ENABLED := 1
 GO ?= go
 BUILD_FLAGS := -tags seccomp -trimpath
 
-.PHONY: all help deps build test fuzz demo bench bench-read vet clean vagrant-e2e
+.PHONY: all help deps build test fuzz demo bench bench-read soak vet clean vagrant-e2e
 
 all: build
 
@@ -16,6 +16,7 @@ help:
 	@echo "make fuzz   - every fuzz target for FUZZTIME (default 10m) each; saves new corpus entries to testdata/fuzz to commit"
 	@echo "make vagrant-e2e - a Debian 12 VM (libvirt): install.sh, the socket-activated service, the e2e suite against it; destroyed after"
 	@echo "make bench  - benchmarks against the transport, durability and spawn floors (prints ratios)"
+	@echo "make soak   - as root: 10,000 mixed calls, kill -9 in flight, idle and slow connections, a full audit disk (SOAK_CALLS=...)"
 	@echo "make deps   - apt packages (only if missing) and Go modules"
 
 deps:
@@ -53,6 +54,10 @@ bench: build bench-read
 
 bench-read:
 	@bench/read.sh
+
+# Not in make test (minutes): docs/testing.md "make soak".
+soak: build
+	@bench/soak.sh
 
 clean:
 	rm -rf bin

@@ -317,23 +317,11 @@ func Decide(m *Manifest, req *Request) Decision {
 	if req.ArgsError != "" {
 		return deny(api.ReasonInvalidArgs, tkey)
 	}
-	var d Decision
-	switch t.Operation {
-	case api.OpWrite:
-		if !t.AllowsWriteMode(req.Mode) {
-			return deny(api.ReasonInvalidArgs, tkey+".mode")
-		}
-		if req.ContentBytes > t.EffectiveMaxBytes() {
-			return deny(api.ReasonLimitExceeded, tkey+".max_bytes")
-		}
-		d = decidePath(t, ix, req)
-	case api.OpRead, api.OpList, api.OpDelete:
-		d = decidePath(t, ix, req)
-	case api.OpExecute:
-		d = decideExec(t, ix, req)
-	default:
+	o := LookupOp(t.Operation)
+	if o == nil {
 		return deny(api.ReasonInternalError, tkey)
 	}
+	d := o.decide(t, ix, req)
 	if !d.Allowed() {
 		return d
 	}
@@ -348,24 +336,10 @@ func Decide(m *Manifest, req *Request) Decision {
 	return d
 }
 
-func decideExec(t *Tool, ix *toolIndex, req *Request) Decision {
-	tkey := ix.key
-	argv := req.Argv
-	if argv == nil {
-		if len(t.Commands) != 1 {
-			return deny(api.ReasonInvalidArgs, tkey+".commands")
-		}
-		argv = t.Commands[0]
-	}
-	for i, c := range t.Commands {
-		if slices.Equal(c, argv) {
-			return allow(ix.commandKeys[i])
-		}
-	}
-	return deny(api.ReasonCommandNotAllowed, tkey+".commands")
-}
-
-func decidePath(t *Tool, ix *toolIndex, req *Request) Decision {
+// decidePath decides a file tool's call: the path's lexical checks, the
+// roots it lies under, never (as requested and as resolved), then kind
+// (the operation's check of what the kernel resolved).
+func decidePath(ix *toolIndex, req *Request, kind func(api.Kind, string) Decision) Decision {
 	tkey := ix.key
 	if req.Path == nil {
 		return deny(api.ReasonInvalidArgs, tkey)
@@ -415,7 +389,7 @@ func decidePath(t *Tool, ix *toolIndex, req *Request) Decision {
 				return d
 			}
 		}
-		d := kindCheck(t.Operation, res.Kind, rootKey)
+		d := kind(res.Kind, rootKey)
 		d.Resource = res
 		return d
 	}
@@ -434,46 +408,6 @@ func outcomeDenial(outcome, rootKey string) (Decision, int) {
 		return deny(api.ReasonOutsideRoots, rootKey), 1
 	}
 	return deny(api.ReasonInternalError, rootKey), 0
-}
-
-func kindCheck(op api.Operation, kind api.Kind, rootKey string) Decision {
-	switch op {
-	case api.OpRead:
-		switch kind {
-		case KindFile:
-			return allow(rootKey)
-		case KindDir:
-			return deny(api.ReasonNotAFile, rootKey)
-		}
-		return deny(api.ReasonUnsupportedFileType, rootKey)
-	case api.OpList:
-		if kind == KindDir {
-			return allow(rootKey)
-		}
-		return deny(api.ReasonNotADirectory, rootKey)
-	case api.OpWrite:
-		// The final component is looked at, not followed: a symlink
-		// there is refused and what it points to stays untouched.
-		switch kind {
-		case KindFile, KindAbsent:
-			return allow(rootKey)
-		case KindDir:
-			return deny(api.ReasonNotAFile, rootKey)
-		}
-		return deny(api.ReasonUnsupportedFileType, rootKey)
-	case api.OpDelete:
-		// A symlink itself may be removed; it is never followed.
-		switch kind {
-		case KindFile, KindSymlink:
-			return allow(rootKey)
-		case KindAbsent:
-			return deny(api.ReasonNotFound, rootKey)
-		case KindDir:
-			return deny(api.ReasonNotAFile, rootKey)
-		}
-		return deny(api.ReasonUnsupportedFileType, rootKey)
-	}
-	return deny(api.ReasonInternalError, rootKey)
 }
 
 // NeverMatch reports whether a path relative to a root is hidden by the

@@ -365,33 +365,24 @@ type validator func(key string, t *Tool) error
 
 var commonValidators = []validator{validateDescription, validateMaxBytes, validateApproval, validateNever}
 
-// opValidators is the one place that says which operations exist and
-// what each one's keys are.
-var opValidators = map[api.Operation][]validator{
-	api.OpRead:    {validateRoots, onlyKeys()},
-	api.OpList:    {validateRoots, onlyKeys()},
-	api.OpWrite:   {validateRoots, onlyKeys("mode", "file_mode"), validateWriteMode},
-	api.OpDelete:  {validateRoots, onlyKeys()},
-	api.OpExecute: {noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits},
-}
-
-// Operations lists the operations a manifest may name, for messages.
-const operationList = "read, list, write, delete or execute"
-
+// validateTool runs the common validators, then the operation's own, then
+// refuses keys of other operations.
 func validateTool(key string, t *Tool) error {
-	vs, ok := opValidators[t.Operation]
+	o := LookupOp(t.Operation)
 	switch {
 	case t.Operation == "":
-		return merr(key+".operation", "missing; use "+operationList)
-	case !ok:
-		return merr(key+".operation", "is %q; use "+operationList, t.Operation)
+		return merr(key+".operation", "missing; use %s", operationList())
+	case o == nil:
+		return merr(key+".operation", "is %q; use %s", t.Operation, operationList())
 	}
-	for _, v := range append(commonValidators[:len(commonValidators):len(commonValidators)], vs...) {
-		if err := v(key, t); err != nil {
-			return err
+	for _, vs := range [][]validator{commonValidators, o.validate} {
+		for _, v := range vs {
+			if err := v(key, t); err != nil {
+				return err
+			}
 		}
 	}
-	return nil
+	return o.ownKeys(key, t)
 }
 
 func validateDescription(key string, t *Tool) error {
@@ -444,28 +435,6 @@ func validateRoots(key string, t *Tool) error {
 	return nil
 }
 
-// onlyKeys refuses the operation-specific keys of other operations on a
-// file tool; allowed names the ones this operation takes.
-func onlyKeys(allowed ...string) validator {
-	return func(key string, t *Tool) error {
-		for _, k := range []struct {
-			set  bool
-			name string
-		}{
-			{len(t.Commands) > 0, "commands"}, {len(t.Mounts) > 0, "mounts"}, {t.Cwd != "", "cwd"},
-			{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
-			{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"},
-			{t.MaxOpenFiles != 0, "max_open_files"},
-			{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"},
-		} {
-			if k.set && !slicesContains(allowed, k.name) {
-				return merr(key+"."+k.name, "does not apply to %s tools; remove it", t.Operation)
-			}
-		}
-		return nil
-	}
-}
-
 func slicesContains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {
@@ -475,161 +444,6 @@ func slicesContains(s []string, v string) bool {
 	return false
 }
 
-// Write modes.
-const (
-	ModeCreate            = "create"
-	ModeOverwrite         = "overwrite"
-	ModeCreateOrOverwrite = "create_or_overwrite"
-)
-
-func validateWriteMode(key string, t *Tool) error {
-	switch t.Mode {
-	case "", ModeCreate, ModeOverwrite, ModeCreateOrOverwrite:
-	default:
-		return merr(key+".mode", "is %q; use create, overwrite or create_or_overwrite (the default)", t.Mode)
-	}
-	if t.FileMode != "" {
-		if _, err := ParseFileMode(t.FileMode); err != nil {
-			return merr(key+".file_mode", "%q %v", t.FileMode, err)
-		}
-	}
-	return nil
-}
-
-// ParseFileMode reads an octal permission such as "0644" or "640": no
-// set-id or sticky bits, and the owner may read and write.
-func ParseFileMode(s string) (uint32, error) {
-	if s == "" || len(s) > 4 {
-		return 0, errors.New("is not an octal mode such as \"0644\"")
-	}
-	var m uint32
-	for _, c := range s {
-		if c < '0' || c > '7' {
-			return 0, errors.New("is not an octal mode such as \"0644\"")
-		}
-		m = m<<3 | uint32(c-'0')
-	}
-	if m&^0o777 != 0 {
-		return 0, errors.New("sets set-id or sticky bits; use permission bits only")
-	}
-	if m&0o600 != 0o600 {
-		return 0, errors.New("must let the owner read and write (0600 at least)")
-	}
-	return m, nil
-}
-
-// EffectiveFileMode is file_mode with its default applied.
-func (t *Tool) EffectiveFileMode() uint32 {
-	if m, err := ParseFileMode(t.FileMode); err == nil {
-		return m
-	}
-	return DefaultFileMode
-}
-
-// EffectiveApprovalTimeoutMS is approval_timeout_ms with its default.
-func (t *Tool) EffectiveApprovalTimeoutMS() int64 {
-	if t.ApprovalTimeoutMS > 0 {
-		return t.ApprovalTimeoutMS
-	}
-	return DefaultApprovalTimeoutMS
-}
-
-// AllowsWriteMode says whether a call's write mode is one the tool allows.
-func (t *Tool) AllowsWriteMode(mode string) bool {
-	switch t.Mode {
-	case "", ModeCreateOrOverwrite:
-		return true
-	}
-	return mode == t.Mode
-}
-
-func noRoots(key string, t *Tool) error {
-	if len(t.Roots) > 0 {
-		return merr(key+".roots", "applies to file tools; an execute tool uses \"mounts\"")
-	}
-	if t.Mode != "" || t.FileMode != "" {
-		return merr(key+".mode", "applies only to write tools; remove it")
-	}
-	return nil
-}
-
-func validateCommands(key string, t *Tool) error {
-	if len(t.Commands) == 0 {
-		return merr(key+".commands", "missing; list the allowed argv arrays, e.g. [[\"python3\",\"-m\",\"unittest\"]]")
-	}
-	for i, argv := range t.Commands {
-		k := fmt.Sprintf("%s.commands[%d]", key, i)
-		if len(argv) == 0 {
-			return merr(k, "is empty; an argv needs at least the program")
-		}
-		for j, a := range argv {
-			if strings.ContainsRune(a, 0) {
-				return merr(fmt.Sprintf("%s[%d]", k, j), "contains a NUL byte")
-			}
-		}
-		if argv[0] == "" {
-			return merr(k+"[0]", "the program is empty")
-		}
-	}
-	return nil
-}
-
-func validateMounts(key string, t *Tool) error {
-	for i, mnt := range t.Mounts {
-		if err := validateRel(mnt); err != nil {
-			return merr(fmt.Sprintf("%s.mounts[%d]", key, i), "%q %v", mnt, err)
-		}
-	}
-	return nil
-}
-
-func validateCwdEnv(key string, t *Tool) error {
-	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {
-		if err := validateRel(t.Cwd); err != nil {
-			return merr(key+".cwd", "%q %v (or give an absolute path inside the container, such as /tmp)", t.Cwd, err)
-		}
-	}
-	if strings.ContainsRune(t.Cwd, 0) {
-		return merr(key+".cwd", "contains a NUL byte")
-	}
-	for _, k := range sortedKeys(t.Env) {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return merr(key+".env", "variable name %q is empty or contains '=' or NUL", k)
-		}
-		if strings.ContainsRune(t.Env[k], 0) {
-			return merr(key+".env."+k, "value contains a NUL byte")
-		}
-	}
-	return nil
-}
-
-func validateLimits(key string, t *Tool) error {
-	if t.TimeoutMS < 0 || t.TimeoutMS > 3600_000 {
-		return merr(key+".timeout_ms", "is %d; use 1 to 3600000 (default %d)", t.TimeoutMS, DefaultTimeoutMS)
-	}
-	if t.MemoryMB < 0 || (t.MemoryMB > 0 && t.MemoryMB < 8) || t.MemoryMB > 1<<20 {
-		return merr(key+".memory_mb", "is %d; use 8 to 1048576 (default %d)", t.MemoryMB, DefaultMemoryMB)
-	}
-	if t.Pids < 0 || (t.Pids > 0 && t.Pids < 2) || t.Pids > 1<<22 {
-		return merr(key+".pids", "is %d; use 2 to 4194304 (default %d)", t.Pids, DefaultPids)
-	}
-	if t.CPUs < 0 || t.CPUs > 1024 {
-		return merr(key+".cpus", "is %g; use a positive number of CPUs such as 0.5 or 2", t.CPUs)
-	}
-	if strings.ContainsRune(t.Seccomp, 0) {
-		return merr(key+".seccomp", "contains a NUL byte")
-	}
-	if t.Pool != nil && (*t.Pool < 0 || *t.Pool > 64) {
-		return merr(key+".pool", "is %d; use 0 (always cold start) to 64 (default %d)", *t.Pool, DefaultPool)
-	}
-	if t.MaxOpenFiles < 0 || (t.MaxOpenFiles > 0 && t.MaxOpenFiles < 16) || t.MaxOpenFiles > maxMaxOpenFiles {
-		return merr(key+".max_open_files", "is %d; use 16 to %d files one container may hold open through its view (default %d)",
-			t.MaxOpenFiles, maxMaxOpenFiles, DefaultMaxOpenFiles)
-	}
-	return nil
-}
-
-// validateRel accepts a clean relative directory that stays beneath base.
 func validateRel(p string) error {
 	switch {
 	case p == "":

@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/escapetest"
@@ -606,7 +607,7 @@ func FuzzCallBody(f *testing.F) {
 		if c.req.Tool == "" || (c.tool != nil && c.argsRecord == nil) {
 			t.Fatalf("accepted %q without a tool or args record", body)
 		}
-		if len(c.argsRecord) > maxArgsRecord+200 {
+		if len(c.argsRecord) > authz.MaxArgsRecord+200 {
 			t.Fatalf("args record of %d bytes", len(c.argsRecord))
 		}
 	})

@@ -140,14 +140,14 @@ func (c *call) pipeline(em emitter) {
 		c.finishDenied(em, seq)
 		return
 	}
-	streaming := c.op.streams && em.streams()
+	streaming := c.op.Streams && em.streams()
 	// A buffered read or list has no effect and sends nothing before its
 	// result, so its decision is only appended here (written, in the
 	// ledger's order, before the read) and the one fdatasync after the
 	// result record below makes both durable before either leaves the
 	// daemon: within docs/design.md §3, with one sync per call, shared by
 	// group commit, instead of two.
-	if c.op.effects || streaming {
+	if c.op.Effects || streaming {
 		if err := c.d.ledger.Sync(seq); err != nil {
 			c.failClosed()
 			c.finishDenied(em, 0)

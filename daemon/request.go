@@ -3,7 +3,6 @@
 package daemon
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -20,9 +19,8 @@ import (
 )
 
 const (
-	maxToolName   = 128
-	maxTaskID     = 128
-	maxArgsRecord = 8 << 10 // larger args are recorded by digest
+	maxToolName = 128
+	maxTaskID   = 128
 )
 
 // badRequest is an error the caller caused and is told about (400).
@@ -87,18 +85,21 @@ func decodeCall(m *authz.Manifest, body []byte) (*decoded, error) {
 	if !ok {
 		// No schema to check against: the decision is unknown_tool. Record
 		// what was asked, by digest when it is large.
-		dc.argsRecord = recordArgs(args)
+		dc.argsRecord = authz.RecordArgs(args)
 		return dc, nil
 	}
-	dc.tool = t // before decode: an omitted write mode is the tool's
+	dc.tool = t
 	dc.op = operations[t.Operation]
 	if dc.op == nil {
-		dc.argsRecord = recordArgs(args)
+		dc.argsRecord = authz.RecordArgs(args)
 		return dc, nil // authz denies an operation it does not know
 	}
-	if err := dc.op.decode(args, dc); err != nil {
-		return nil, err
+	a, err := dc.op.DecodeArgs(t, args)
+	if err != nil {
+		return nil, badf("%s", err)
 	}
+	dc.areq = a.Request("", dc.req.Tool)
+	dc.content, dc.ifMatch, dc.argsRecord = a.Content, a.IfMatch, a.Record
 	return dc, nil
 }
 
@@ -122,44 +123,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int,
 func strictDecode(data []byte, v any) error { return strictjson.Decode(data, v) }
 
 func describeJSONError(where string, err error) error {
-	var te *json.UnmarshalTypeError
-	var se *json.SyntaxError
-	var ke *strictjson.KeyError
-	switch {
-	case errors.As(err, &ke):
-		if where != "" {
-			return badf("%s.%s", where, ke.Error())
-		}
-		return badf("%s", ke.Error())
-	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
-			field = where
-		} else if where != "" {
-			field = where + "." + field
-		}
-		return badf("%s: expected %s, got JSON %s", field, te.Type, te.Value)
-	case errors.As(err, &se):
-		return badf("malformed JSON at byte %d: %v", se.Offset, err)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		f := strings.TrimPrefix(err.Error(), "json: unknown field ")
-		if where != "" {
-			return badf("%s: unknown field %s", where, f)
-		}
-		return badf("unknown field %s", f)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return badf("malformed JSON: unexpected end of input")
-	}
-	return badf("malformed JSON: %v", err)
-}
-
-func isSHA256(s string) bool {
-	h, ok := strings.CutPrefix(s, "sha256:")
-	if !ok || len(h) != 64 {
-		return false
-	}
-	_, err := hex.DecodeString(h)
-	return err == nil
+	return badf("%s", strictjson.Describe(where, err))
 }
 
 func sha256Of(b []byte) string {
@@ -173,16 +137,6 @@ func mustJSON(v any) []byte {
 		panic(err) // only our own plain structs come here
 	}
 	return b
-}
-
-// recordArgs returns args for the ledger: as given (compacted) when small,
-// else by digest, so one call cannot bloat the ledger.
-func recordArgs(args []byte) json.RawMessage {
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, args); err == nil && buf.Len() <= maxArgsRecord {
-		return buf.Bytes()
-	}
-	return mustJSON(map[string]any{"elided": true, "sha256": sha256Of(args), "bytes": len(args)})
 }
 
 // decodeB64 decodes content_b64.

@@ -15,7 +15,7 @@ import (
 // kernel beneath each root it lies under.
 func (c *call) resolve() {
 	t := c.tool
-	if t == nil || c.op == nil || c.op.resolve == resolveNone || c.areq.Path == nil || c.areq.ArgsError != "" ||
+	if t == nil || c.op == nil || c.op.Resolve == authz.ResolveNone || c.areq.Path == nil || c.areq.ArgsError != "" ||
 		!c.p.m.MayCall(c.areq.Principal, c.req.Tool) || authz.CheckPath(*c.areq.Path) != "" {
 		return
 	}
@@ -35,7 +35,7 @@ func (c *call) resolve() {
 			continue
 		}
 		var err error
-		if c.op.resolve == resolveParent {
+		if c.op.Resolve == authz.ResolveParent {
 			err = c.resolveParent(root, m, &res)
 		} else {
 			err = c.resolveExisting(root, m, &res)

@@ -4,7 +4,6 @@ package daemon
 
 import (
 	"encoding/json"
-	"strings"
 
 	"github.com/sluicehq/sluice/authz"
 )
@@ -14,7 +13,7 @@ func describe(name string, t *authz.Tool) string {
 		return t.Description
 	}
 	if op := operations[t.Operation]; op != nil {
-		return op.describe(t)
+		return op.Describe(t)
 	}
 	return name
 }
@@ -24,19 +23,8 @@ func describe(name string, t *authz.Tool) string {
 func argsSchema(t *authz.Tool) json.RawMessage {
 	var s map[string]any
 	if op := operations[t.Operation]; op != nil {
-		s = op.schema(t)
+		s = op.Schema(t)
 	}
 	b, _ := json.Marshal(s)
 	return b
-}
-
-func exampleUnder(t *authz.Tool) string {
-	if len(t.Roots) == 0 {
-		return "a/b"
-	}
-	r := strings.TrimSuffix(t.Roots[0], "/")
-	if r == "." || r == "" {
-		return "file.txt"
-	}
-	return r + "/file.txt"
 }

@@ -130,43 +130,35 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 	return rep, nil
 }
 
-// recordedArgs is the union of what decision records hold in args (see
-// the daemon's operation table).
-type recordedArgs struct {
-	Path       *string  `json:"path"`
-	Argv       []string `json:"argv"`
-	Mode       string   `json:"mode"`
-	ContentLen *int64   `json:"content_len"`
-	Elided     bool     `json:"elided"`
-}
-
 // request rebuilds the authz request a decision record describes, under
 // m: the principal from the recorded credentials mapped through m, the
-// args as recorded, and each of m's matching roots given the resolution
-// recorded for the same root (a root m has that the record lacks was never
-// resolved: not_found).
+// args decoded by the recorded operation's own pure half (authz.Op), as
+// the daemon decoded them, and each of m's matching roots given the
+// resolution recorded for the same root (a root m has that the record
+// lacks was never resolved: not_found).
 func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool) {
-	req := &authz.Request{Tool: rec.Tool}
-	if p := rec.Principal; p != nil {
-		req.Principal, _ = m.Identify(p.UID, p.GID)
+	t := m.Tools[rec.Tool]
+	o := authz.LookupOp(api.Operation(rec.Operation))
+	if o == nil && t != nil {
+		// The tool was unknown when decided: its args were recorded as
+		// given; read them as the tool that has the name now would.
+		o = authz.LookupOp(t.Operation)
 	}
-	var a recordedArgs
-	if len(rec.Args) > 0 {
-		if err := json.Unmarshal(rec.Args, &a); err != nil {
+	var a authz.Args
+	if o != nil {
+		var ok bool
+		if a, ok = o.ArgsFromRecord(t, rec.Args); !ok {
 			return nil, "", false
 		}
 	}
-	if a.Elided {
-		return nil, "", false
+	req := &authz.Request{Tool: rec.Tool, Path: a.Path, Argv: a.Argv, Mode: a.Mode, ContentBytes: a.ContentBytes}
+	if p := rec.Principal; p != nil {
+		req.Principal, _ = m.Identify(p.UID, p.GID)
 	}
 	// The daemon records an args error in detail whenever there was one.
 	req.ArgsError = rec.Detail
 	if rec.Reason == string(api.ReasonInvalidArgs) && req.ArgsError == "" {
 		req.ArgsError = "invalid args (recorded)"
-	}
-	req.Path, req.Argv, req.Mode = a.Path, a.Argv, a.Mode
-	if a.ContentLen != nil {
-		req.ContentBytes = *a.ContentLen
 	}
 	subject := ""
 	switch {
@@ -176,15 +168,8 @@ func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool
 		b, _ := json.Marshal(a.Argv)
 		subject = string(b)
 	}
-	t := m.Tools[rec.Tool]
 	if t == nil || a.Path == nil || authz.CheckPath(*a.Path) != "" {
 		return req, subject, true
-	}
-	if t.Operation == api.OpWrite && req.Mode == "" {
-		req.Mode = t.Mode
-		if req.Mode == "" {
-			req.Mode = authz.ModeCreateOrOverwrite
-		}
 	}
 	var recorded []authz.Resource
 	if len(rec.Resolved) > 0 {

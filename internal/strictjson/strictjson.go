@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -148,4 +149,39 @@ func collectFields(t reflect.Type, out map[string]reflect.Type) {
 		}
 		out[name] = f.Type
 	}
+}
+
+// Describe says what is wrong with data that Decode refused, for the
+// caller who sent it: the field and the JSON it gave, where known. where
+// prefixes field names ("args" for a call's args; "" for the top).
+func Describe(where string, err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	var ke *KeyError
+	switch {
+	case errors.As(err, &ke):
+		if where != "" {
+			return where + "." + ke.Error()
+		}
+		return ke.Error()
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = where
+		} else if where != "" {
+			field = where + "." + field
+		}
+		return field + ": expected " + te.Type.String() + ", got JSON " + te.Value
+	case errors.As(err, &se):
+		return "malformed JSON at byte " + strconv.FormatInt(se.Offset, 10) + ": " + err.Error()
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		f := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		if where != "" {
+			return where + ": unknown field " + f
+		}
+		return "unknown field " + f
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: unexpected end of input"
+	}
+	return "malformed JSON: " + err.Error()
 }

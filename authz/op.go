@@ -1,0 +1,285 @@
+package authz
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/strictjson"
+)
+
+// Op is the pure half of one operation (docs/design.md, "One operation,
+// one unit"): the manifest keys it owns and their validators, how its args
+// decode from a request and from a ledger record, what the daemon must
+// resolve before it decides, its decision, and what /v1/tools says of it.
+// Its effectful half (prepare at load, resolve, execute, a typed result)
+// is the daemon's. Nothing else switches on the operation: adding one is
+// an op_NAME.go here, its twin in the daemon, its args in api, and docs.
+type Op struct {
+	Name api.Operation
+	// Keys are the tool keys the operation takes beyond the common ones
+	// (description, max_bytes, approval, approval_timeout_ms, never); a
+	// key another operation owns is refused on its tools.
+	Keys []string
+	// Resolve is what the daemon resolves before the decision.
+	Resolve Resolve
+	// Effects: the decision is durable before the effect starts.
+	Effects bool
+	// Streams: output events may leave before the result record is
+	// durable (they follow the durable decision). Only commands stream.
+	Streams bool
+
+	validate []validator
+	// decode fills a from a request's args: type errors are errors (the
+	// caller's, a 400); args of the right types that break a rule set
+	// a.Invalid (decided invalid_args).
+	decode func(t *Tool, raw []byte, a *Args) error
+	// fromRecord fills a from the args a decision record holds (what
+	// decode recorded), for replay; false when they cannot be re-decided.
+	fromRecord func(t *Tool, rec []byte, a *Args) bool
+	decide     func(t *Tool, ix *toolIndex, req *Request) Decision
+	schema     func(t *Tool) map[string]any
+	describe   func(t *Tool) string
+}
+
+// Resolve says what a path-taking operation needs from the kernel.
+type Resolve int
+
+const (
+	ResolveNone     Resolve = iota // execute: mounts were resolved at load
+	ResolveExisting                // read, list: the path must exist
+	ResolveParent                  // write, delete: the parent dir and a final name
+)
+
+// ops is the one table of operations, in the order messages name them.
+var ops = []*Op{&opRead, &opList, &opWrite, &opDelete, &opExecute}
+
+// LookupOp returns the operation named op, or nil.
+func LookupOp(op api.Operation) *Op {
+	for _, o := range ops {
+		if o.Name == op {
+			return o
+		}
+	}
+	return nil
+}
+
+// operationList names the operations, for messages: "read, list, … or execute".
+func operationList() string {
+	names := make([]string, len(ops))
+	for i, o := range ops {
+		names[i] = string(o.Name)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// Args are a call's args as its operation decoded them.
+type Args struct {
+	// Path is args.path of file tools; nil when absent.
+	Path *string
+	// Argv is args.argv of execute tools; nil when absent.
+	Argv []string
+	// Mode is a write's mode (create, overwrite, create_or_overwrite).
+	Mode string
+	// Content is a write's body; ContentBytes its length (what the
+	// decision sees, as replay does: the ledger keeps only the length).
+	Content      []byte
+	ContentBytes int64
+	// IfMatch is a write's or delete's precondition.
+	IfMatch string
+	// Invalid is set when the args fit the schema's types but not its
+	// rules (a required key missing, both content forms given).
+	Invalid string
+	// Record is what the ledger keeps of the args: never a file body.
+	Record json.RawMessage
+}
+
+// Request is the request Decide sees for these args: what the decision
+// depends on (the body and the precondition do not).
+func (a *Args) Request(principal, tool string) Request {
+	return Request{Principal: principal, Tool: tool, Path: a.Path, Argv: a.Argv,
+		ArgsError: a.Invalid, Mode: a.Mode, ContentBytes: a.ContentBytes}
+}
+
+// TypeError is args that do not fit their schema's types: the caller's
+// mistake, told to it (400), not a decision.
+type TypeError struct{ Msg string }
+
+func (e *TypeError) Error() string { return e.Msg }
+
+// DecodeArgs decodes a request's args for tool t strictly (no unknown
+// fields, exact keys, no trailing data).
+func (o *Op) DecodeArgs(t *Tool, raw []byte) (Args, error) {
+	var a Args
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = []byte("{}")
+	}
+	err := o.decode(t, raw, &a)
+	return a, err
+}
+
+// ArgsFromRecord rebuilds the args a decision record holds, as DecodeArgs
+// recorded them; ok is false when they cannot be re-decided (recorded by
+// digest only).
+func (o *Op) ArgsFromRecord(t *Tool, rec []byte) (a Args, ok bool) {
+	if len(rec) == 0 {
+		rec = []byte("{}")
+	}
+	var elided struct {
+		Elided bool `json:"elided"`
+	}
+	if json.Unmarshal(rec, &elided) != nil || elided.Elided {
+		return a, false
+	}
+	return a, o.fromRecord(t, rec, &a)
+}
+
+// Schema is the JSON Schema of t's args, for /v1/tools.
+func (o *Op) Schema(t *Tool) map[string]any { return o.schema(t) }
+
+// Describe is t's description when the manifest gives none.
+func (o *Op) Describe(t *Tool) string { return o.describe(t) }
+
+// strictArgs decodes raw into v strictly, as a *TypeError.
+func strictArgs(raw []byte, v any) error {
+	if err := strictjson.Decode(raw, v); err != nil {
+		return &TypeError{strictjson.Describe("args", err)}
+	}
+	return nil
+}
+
+// MaxArgsRecord bounds the args a ledger record keeps as given; larger
+// ones are recorded by digest, so one call cannot bloat the ledger.
+const MaxArgsRecord = 8 << 10
+
+// RecordArgs returns args for the ledger: as given (compacted) when
+// small, else by digest.
+func RecordArgs(args []byte) json.RawMessage {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, args); err == nil && buf.Len() <= MaxArgsRecord {
+		return buf.Bytes()
+	}
+	return mustJSON(map[string]any{"elided": true, "sha256": sha256Of(args), "bytes": len(args)})
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own plain values come here
+	}
+	return b
+}
+
+func sha256Of(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func isSHA256(s string) bool {
+	h, ok := strings.CutPrefix(s, "sha256:")
+	if !ok || len(h) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(h)
+	return err == nil
+}
+
+// pathSchema is the JSON Schema of a file tool's args: path, plus more.
+func pathSchema(more map[string]any) func(t *Tool) map[string]any {
+	return func(t *Tool) map[string]any {
+		props := map[string]any{"path": map[string]any{
+			"type":        "string",
+			"description": "Path relative to the workspace base, beneath one of: " + strings.Join(t.Roots, ", ") + " (e.g. " + exampleUnder(t) + ").",
+		}}
+		for k, v := range more {
+			props[k] = v
+		}
+		return map[string]any{"type": "object", "additionalProperties": false, "required": []string{"path"}, "properties": props}
+	}
+}
+
+// exampleUnder is an example path beneath t's first root.
+func exampleUnder(t *Tool) string {
+	if len(t.Roots) == 0 {
+		return "a/b"
+	}
+	r := strings.TrimSuffix(t.Roots[0], "/")
+	if r == "." || r == "" {
+		return "file.txt"
+	}
+	return r + "/file.txt"
+}
+
+// pathArgs decodes {"path"} args (read, list): the recorded form is the
+// decoded one.
+func pathArgs(t *Tool, raw []byte, a *Args) error {
+	var pa api.PathArgs
+	if err := strictArgs(raw, &pa); err != nil {
+		return err
+	}
+	a.Path = pa.Path
+	if pa.Path == nil {
+		a.Invalid = "args.path: required"
+	}
+	a.Record = RecordArgs(mustJSON(pa))
+	return nil
+}
+
+// recordedPath reads back what pathArgs recorded.
+func recordedPath(t *Tool, rec []byte, a *Args) bool {
+	var pa struct {
+		Path *string `json:"path"`
+	}
+	if json.Unmarshal(rec, &pa) != nil {
+		return false
+	}
+	a.Path = pa.Path
+	return true
+}
+
+// keyIsSet reports which of a tool's operation-specific keys are set.
+func keyIsSet(t *Tool) []struct {
+	set  bool
+	name string
+} {
+	return []struct {
+		set  bool
+		name string
+	}{
+		{len(t.Roots) > 0, "roots"},
+		{len(t.Commands) > 0, "commands"}, {len(t.Mounts) > 0, "mounts"}, {t.Cwd != "", "cwd"},
+		{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
+		{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"},
+		{t.MaxOpenFiles != 0, "max_open_files"},
+		{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"},
+	}
+}
+
+// ownKeys refuses the keys of other operations on t: a tool takes only
+// the common keys and its operation's own.
+func (o *Op) ownKeys(key string, t *Tool) error {
+	for _, k := range keyIsSet(t) {
+		if k.set && !slicesContains(o.Keys, k.name) {
+			return merr(key+"."+k.name, "does not apply to %s tools; %s", t.Operation, whoTakes(k.name))
+		}
+	}
+	return nil
+}
+
+// whoTakes says which operations take a key, for messages.
+func whoTakes(name string) string {
+	var by []string
+	for _, o := range ops {
+		if slicesContains(o.Keys, name) {
+			by = append(by, string(o.Name))
+		}
+	}
+	if len(by) == 0 {
+		return "remove it"
+	}
+	return fmt.Sprintf("it applies to %s tools; remove it", strings.Join(by, " and "))
+}

@@ -1,0 +1,158 @@
+package authz
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sluicehq/sluice/api"
+)
+
+// opExecute runs one of the tool's allowed argv lists in a sandbox: args
+// {"argv"?} (the only command when omitted), matched exactly.
+var opExecute = Op{
+	Name: api.OpExecute,
+	Keys: []string{"commands", "mounts", "cwd", "env", "timeout_ms", "memory_mb", "pids", "cpus",
+		"seccomp", "pool", "max_open_files"},
+	Resolve:  ResolveNone,
+	Effects:  true,
+	Streams:  true,
+	validate: []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits},
+	decode: func(t *Tool, raw []byte, a *Args) error {
+		var ea api.ExecArgs
+		if err := strictArgs(raw, &ea); err != nil {
+			return err
+		}
+		a.Argv = ea.Argv
+		a.Record = RecordArgs(mustJSON(ea))
+		return nil
+	},
+	fromRecord: func(t *Tool, rec []byte, a *Args) bool {
+		var ea api.ExecArgs
+		if json.Unmarshal(rec, &ea) != nil {
+			return false
+		}
+		a.Argv = ea.Argv
+		return true
+	},
+	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
+		argv := req.Argv
+		if argv == nil {
+			if len(t.Commands) != 1 {
+				return deny(api.ReasonInvalidArgs, ix.key+".commands")
+			}
+			argv = t.Commands[0]
+		}
+		for i, c := range t.Commands {
+			if slices.Equal(c, argv) {
+				return allow(ix.commandKeys[i])
+			}
+		}
+		return deny(api.ReasonCommandNotAllowed, ix.key+".commands")
+	},
+	schema: func(t *Tool) map[string]any {
+		argv := map[string]any{
+			"type": "array", "items": map[string]any{"type": "string"},
+			"enum": t.Commands, "description": "One of the allowed command lines, exactly.",
+		}
+		s := map[string]any{
+			"type": "object", "additionalProperties": false,
+			"properties": map[string]any{"argv": argv},
+		}
+		if len(t.Commands) > 1 {
+			s["required"] = []string{"argv"}
+		}
+		return s
+	},
+	describe: func(*Tool) string { return "Run one of the allowed commands in a sandbox." },
+}
+
+func noRoots(key string, t *Tool) error {
+	if len(t.Roots) > 0 {
+		return merr(key+".roots", "applies to file tools; an execute tool uses \"mounts\"")
+	}
+	if t.Mode != "" || t.FileMode != "" {
+		return merr(key+".mode", "applies only to write tools; remove it")
+	}
+	return nil
+}
+
+func validateCommands(key string, t *Tool) error {
+	if len(t.Commands) == 0 {
+		return merr(key+".commands", "missing; list the allowed argv arrays, e.g. [[\"python3\",\"-m\",\"unittest\"]]")
+	}
+	for i, argv := range t.Commands {
+		k := fmt.Sprintf("%s.commands[%d]", key, i)
+		if len(argv) == 0 {
+			return merr(k, "is empty; an argv needs at least the program")
+		}
+		for j, a := range argv {
+			if strings.ContainsRune(a, 0) {
+				return merr(fmt.Sprintf("%s[%d]", k, j), "contains a NUL byte")
+			}
+		}
+		if argv[0] == "" {
+			return merr(k+"[0]", "the program is empty")
+		}
+	}
+	return nil
+}
+
+func validateMounts(key string, t *Tool) error {
+	for i, mnt := range t.Mounts {
+		if err := validateRel(mnt); err != nil {
+			return merr(fmt.Sprintf("%s.mounts[%d]", key, i), "%q %v", mnt, err)
+		}
+	}
+	return nil
+}
+
+func validateCwdEnv(key string, t *Tool) error {
+	if t.Cwd != "" && !filepath.IsAbs(t.Cwd) {
+		if err := validateRel(t.Cwd); err != nil {
+			return merr(key+".cwd", "%q %v (or give an absolute path inside the container, such as /tmp)", t.Cwd, err)
+		}
+	}
+	if strings.ContainsRune(t.Cwd, 0) {
+		return merr(key+".cwd", "contains a NUL byte")
+	}
+	for _, k := range sortedKeys(t.Env) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return merr(key+".env", "variable name %q is empty or contains '=' or NUL", k)
+		}
+		if strings.ContainsRune(t.Env[k], 0) {
+			return merr(key+".env."+k, "value contains a NUL byte")
+		}
+	}
+	return nil
+}
+
+func validateLimits(key string, t *Tool) error {
+	if t.TimeoutMS < 0 || t.TimeoutMS > 3600_000 {
+		return merr(key+".timeout_ms", "is %d; use 1 to 3600000 (default %d)", t.TimeoutMS, DefaultTimeoutMS)
+	}
+	if t.MemoryMB < 0 || (t.MemoryMB > 0 && t.MemoryMB < 8) || t.MemoryMB > 1<<20 {
+		return merr(key+".memory_mb", "is %d; use 8 to 1048576 (default %d)", t.MemoryMB, DefaultMemoryMB)
+	}
+	if t.Pids < 0 || (t.Pids > 0 && t.Pids < 2) || t.Pids > 1<<22 {
+		return merr(key+".pids", "is %d; use 2 to 4194304 (default %d)", t.Pids, DefaultPids)
+	}
+	if t.CPUs < 0 || t.CPUs > 1024 {
+		return merr(key+".cpus", "is %g; use a positive number of CPUs such as 0.5 or 2", t.CPUs)
+	}
+	if strings.ContainsRune(t.Seccomp, 0) {
+		return merr(key+".seccomp", "contains a NUL byte")
+	}
+	if t.Pool != nil && (*t.Pool < 0 || *t.Pool > 64) {
+		return merr(key+".pool", "is %d; use 0 (always cold start) to 64 (default %d)", *t.Pool, DefaultPool)
+	}
+	if t.MaxOpenFiles < 0 || (t.MaxOpenFiles > 0 && t.MaxOpenFiles < 16) || t.MaxOpenFiles > maxMaxOpenFiles {
+		return merr(key+".max_open_files", "is %d; use 16 to %d files one container may hold open through its view (default %d)",
+			t.MaxOpenFiles, maxMaxOpenFiles, DefaultMaxOpenFiles)
+	}
+	return nil
+}
+
+// validateRel accepts a clean relative directory that stays beneath base.

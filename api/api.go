@@ -91,6 +91,26 @@ const (
 	OpExecute Operation = "execute"
 )
 
+// WriteMode is how a write may treat the file at its path.
+type WriteMode string
+
+// Write modes.
+const (
+	WriteCreate            WriteMode = "create"              // the file must not exist
+	WriteOverwrite         WriteMode = "overwrite"           // it must
+	WriteCreateOrOverwrite WriteMode = "create_or_overwrite" // either (the default)
+)
+
+// ApprovalRule is who must say yes before a tool's call runs (a tool's
+// "approval").
+type ApprovalRule string
+
+// Approval rules.
+const (
+	ApprovalNone  ApprovalRule = "none"  // nobody (the default)
+	ApprovalHuman ApprovalRule = "human" // an approver principal, per call
+)
+
 // Kind is what a path names, as the kernel says (fstat of the resolved
 // fd, or fstatat of a final name that is not followed). One type for the
 // resolver, the policy and the audit.
@@ -130,8 +150,8 @@ type WriteArgs struct {
 	Content    *string `json:"content,omitempty"`
 	ContentB64 *string `json:"content_b64,omitempty"`
 	// Mode is create, overwrite or create_or_overwrite (the default).
-	Mode    string `json:"mode,omitempty"`
-	IfMatch string `json:"if_match,omitempty"`
+	Mode    WriteMode `json:"mode,omitempty"`
+	IfMatch string    `json:"if_match,omitempty"`
 }
 
 // DeleteArgs are the args of delete tools.

@@ -41,7 +41,7 @@ func appendRecord(b []byte, rec *Record) []byte {
 	str("call_id", rec.CallID, true)
 	str("detail", rec.Detail, true)
 	str("kind", rec.Kind, false)
-	str("operation", rec.Operation, true)
+	str("operation", string(rec.Operation), true)
 	str("policy_version", rec.PolicyVersion, true)
 	str("prev", rec.Prev, false)
 	if p := rec.Principal; p != nil {
@@ -56,7 +56,7 @@ func appendRecord(b []byte, rec *Record) []byte {
 		b = strconv.AppendUint(b, uint64(p.UID), 10)
 		b = append(b, '}')
 	}
-	str("reason", rec.Reason, true)
+	str("reason", string(rec.Reason), true)
 	raw("resolved", rec.Resolved)
 	str("resource", rec.Resource, true)
 	if r := rec.Result; r != nil {
@@ -97,7 +97,7 @@ func appendRecord(b []byte, rec *Record) []byte {
 	str("task", rec.Task, true)
 	str("time", rec.Time, false)
 	str("tool", rec.Tool, true)
-	str("verdict", rec.Verdict, true)
+	str("verdict", string(rec.Verdict), true)
 	return b
 }
 

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/sluicehq/sluice/api"
 )
 
 // Record kinds.
@@ -34,11 +36,11 @@ type Record struct {
 	CallID        string          `json:"call_id,omitempty"`
 	Detail        string          `json:"detail,omitempty"`
 	Kind          string          `json:"kind"`
-	Operation     string          `json:"operation,omitempty"`
+	Operation     api.Operation   `json:"operation,omitempty"`
 	PolicyVersion string          `json:"policy_version,omitempty"`
 	Prev          string          `json:"prev"`
 	Principal     *Principal      `json:"principal,omitempty"`
-	Reason        string          `json:"reason,omitempty"`
+	Reason        api.Reason      `json:"reason,omitempty"`
 	Resolved      json.RawMessage `json:"resolved,omitempty"`
 	Resource      string          `json:"resource,omitempty"`
 	Result        *Result         `json:"result,omitempty"`
@@ -47,7 +49,7 @@ type Record struct {
 	Task          string          `json:"task,omitempty"`
 	Time          string          `json:"time"`
 	Tool          string          `json:"tool,omitempty"`
-	Verdict       string          `json:"verdict,omitempty"`
+	Verdict       api.Verdict     `json:"verdict,omitempty"`
 	Hash          string          `json:"hash"`
 }
 

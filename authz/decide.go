@@ -252,7 +252,7 @@ type Request struct {
 	// rules (a required key missing, both content forms given).
 	ArgsError string
 	// Mode is a write's mode (create, overwrite, create_or_overwrite).
-	Mode string
+	Mode api.WriteMode
 	// ContentBytes is a write's content length, capped by max_bytes.
 	ContentBytes int64
 	// Approved: an approver approved this very call (after it was
@@ -325,7 +325,7 @@ func Decide(m *Manifest, req *Request) Decision {
 	if !d.Allowed() {
 		return d
 	}
-	if t.Approval == "human" {
+	if t.Approval == api.ApprovalHuman {
 		if req.Approved {
 			return d // the approver's record says who; the rule stays the match
 		}

@@ -75,7 +75,7 @@ type Tool struct {
 	Roots       []string          `json:"roots,omitempty" toml:"roots"`
 	Never       []string          `json:"never,omitempty" toml:"never"`
 	MaxBytes    int64             `json:"max_bytes,omitempty" toml:"max_bytes"`
-	Approval    string            `json:"approval,omitempty" toml:"approval"`
+	Approval    api.ApprovalRule  `json:"approval,omitempty" toml:"approval"`
 	Commands    [][]string        `json:"commands,omitempty" toml:"commands"`
 	Mounts      []string          `json:"mounts,omitempty" toml:"mounts"`
 	Cwd         string            `json:"cwd,omitempty" toml:"cwd"`
@@ -93,7 +93,7 @@ type Tool struct {
 	ApprovalTimeoutMS int64 `json:"approval_timeout_ms,omitempty" toml:"approval_timeout_ms"`
 	// Mode is which write modes calls may use: create, overwrite or
 	// create_or_overwrite (all; the default).
-	Mode string `json:"mode,omitempty" toml:"mode"`
+	Mode api.WriteMode `json:"mode,omitempty" toml:"mode"`
 	// FileMode is the octal permission of files a write creates ("0644").
 	FileMode string `json:"file_mode,omitempty" toml:"file_mode"`
 
@@ -401,14 +401,14 @@ func validateMaxBytes(key string, t *Tool) error {
 
 func validateApproval(key string, t *Tool) error {
 	switch t.Approval {
-	case "", "none", "human":
+	case "", api.ApprovalNone, api.ApprovalHuman:
 	default:
 		return merr(key+".approval", "is %q; use \"none\" or \"human\"", t.Approval)
 	}
 	if t.ApprovalTimeoutMS < 0 || t.ApprovalTimeoutMS > 7*24*3600_000 {
 		return merr(key+".approval_timeout_ms", "is %d; use 1 to 604800000 (default %d)", t.ApprovalTimeoutMS, DefaultApprovalTimeoutMS)
 	}
-	if t.ApprovalTimeoutMS != 0 && t.Approval != "human" {
+	if t.ApprovalTimeoutMS != 0 && t.Approval != api.ApprovalHuman {
 		return merr(key+".approval_timeout_ms", "applies only with \"approval\": \"human\"; remove it or set approval")
 	}
 	return nil

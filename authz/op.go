@@ -84,7 +84,7 @@ type Args struct {
 	// Argv is args.argv of execute tools; nil when absent.
 	Argv []string
 	// Mode is a write's mode (create, overwrite, create_or_overwrite).
-	Mode string
+	Mode api.WriteMode
 	// Content is a write's body; ContentBytes its length (what the
 	// decision sees, as replay does: the ledger keeps only the length).
 	Content      []byte

@@ -10,11 +10,11 @@ import (
 	"github.com/sluicehq/sluice/api"
 )
 
-// Write modes.
+// Write modes (api.WriteMode), by their names in this package.
 const (
-	ModeCreate            = "create"
-	ModeOverwrite         = "overwrite"
-	ModeCreateOrOverwrite = "create_or_overwrite"
+	ModeCreate            = api.WriteCreate
+	ModeOverwrite         = api.WriteOverwrite
+	ModeCreateOrOverwrite = api.WriteCreateOrOverwrite
 )
 
 // opWrite writes a file beneath a root, atomically: args {"path",
@@ -69,10 +69,10 @@ var opWrite = Op{
 	},
 	fromRecord: func(t *Tool, rec []byte, a *Args) bool {
 		var ra struct {
-			Path       *string `json:"path"`
-			Mode       string  `json:"mode"`
-			ContentLen *int64  `json:"content_len"`
-			IfMatch    string  `json:"if_match"`
+			Path       *string       `json:"path"`
+			Mode       api.WriteMode `json:"mode"`
+			ContentLen *int64        `json:"content_len"`
+			IfMatch    string        `json:"if_match"`
 		}
 		if json.Unmarshal(rec, &ra) != nil {
 			return false
@@ -105,7 +105,7 @@ var opWrite = Op{
 	schema: pathSchema(map[string]any{
 		"content":     map[string]any{"type": "string", "description": "UTF-8 content"},
 		"content_b64": map[string]any{"type": "string", "description": "base64 content, instead of content"},
-		"mode": map[string]any{"type": "string", "enum": []string{ModeCreate, ModeOverwrite, ModeCreateOrOverwrite},
+		"mode": map[string]any{"type": "string", "enum": []api.WriteMode{ModeCreate, ModeOverwrite, ModeCreateOrOverwrite},
 			"description": "create (the file must not exist), overwrite (it must), or create_or_overwrite (default)"},
 		"if_match": map[string]any{"type": "string", "description": `"sha256:<hex>" of the current content, or "absent"; checked when the write commits`},
 	}),
@@ -116,7 +116,7 @@ var opWrite = Op{
 
 // writeMode is a call's write mode: as given, else the tool's, else
 // create_or_overwrite.
-func writeMode(t *Tool, given string) string {
+func writeMode(t *Tool, given api.WriteMode) api.WriteMode {
 	switch {
 	case given != "":
 		return given
@@ -179,7 +179,7 @@ func (t *Tool) EffectiveApprovalTimeoutMS() int64 {
 }
 
 // AllowsWriteMode says whether a call's write mode is one the tool allows.
-func (t *Tool) AllowsWriteMode(mode string) bool {
+func (t *Tool) AllowsWriteMode(mode api.WriteMode) bool {
 	switch t.Mode {
 	case "", ModeCreateOrOverwrite:
 		return true

@@ -302,8 +302,8 @@ func (c *call) finishDecided(em emitter) {
 // auditApprovalEnd records how a wait ended without an approver.
 func (c *call) auditApprovalEnd(id string, reason api.Reason, detail string) {
 	seq, err := c.d.ledger.Append(&audit.Record{Kind: audit.KindApproval, ApprovalID: id, CallID: c.id,
-		Principal: c.principalRecord(), Task: c.req.Task, Tool: c.req.Tool, Verdict: string(api.VerdictDeny),
-		Reason: string(reason), Detail: detail, PolicyVersion: c.p.m.Version})
+		Principal: c.principalRecord(), Task: c.req.Task, Tool: c.req.Tool, Verdict: api.VerdictDeny,
+		Reason: reason, Detail: detail, PolicyVersion: c.p.m.Version})
 	if err == nil {
 		err = c.d.ledger.Sync(seq)
 	}
@@ -384,7 +384,7 @@ func (d *Daemon) handleApprovalDecide(w http.ResponseWriter, r *http.Request, pe
 	p := d.acquire()
 	rec := &audit.Record{Kind: audit.KindApproval, ApprovalID: id, CallID: c.id,
 		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID},
-		Task:      c.req.Task, Tool: c.req.Tool, Args: c.argsRecord, Verdict: string(verdict), Detail: note, PolicyVersion: p.m.Version}
+		Task:      c.req.Task, Tool: c.req.Tool, Args: c.argsRecord, Verdict: verdict, Detail: note, PolicyVersion: p.m.Version}
 	p.release()
 	seq, err := d.ledger.Append(rec)
 	if err == nil {
@@ -408,7 +408,7 @@ func warnSelfApproval(m *authz.Manifest, log interface {
 	Warn(msg string, args ...any)
 }) {
 	for _, tn := range m.ToolNamesAll() {
-		if m.Tools[tn].Approval != "human" {
+		if m.Tools[tn].Approval != api.ApprovalHuman {
 			continue
 		}
 		for _, pn := range m.ApproversWhoMayCall(tn) {

@@ -132,7 +132,7 @@ func TestParkedPerPrincipalCap(t *testing.T) {
 		}
 		return nil
 	})
-	if rec == nil || rec.Reason != string(api.ReasonBusy) || rec.Verdict != string(api.VerdictDeny) {
+	if rec == nil || rec.Reason != api.ReasonBusy || rec.Verdict != api.VerdictDeny {
 		t.Fatalf("busy call's record: %+v", rec)
 	}
 	agent2 := clientAs(h.socket, agent2UID)

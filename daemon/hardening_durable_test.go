@@ -31,7 +31,7 @@ func notDurable(t *testing.T, what string, res *api.CallResult, rec audit.Record
 		t.Errorf("%s result: ok=%v reason=%s durable=%v sha256=%s, want ok, not_durable, durable:false, %s", what, res.OK, res.Reason, res.Durable, res.SHA256, sum)
 	}
 	r := rec.Result
-	if rec.Reason != string(api.ReasonNotDurable) || r == nil || !r.OK || r.Durable == nil || *r.Durable || r.SHA256 != sum {
+	if rec.Reason != api.ReasonNotDurable || r == nil || !r.OK || r.Durable == nil || *r.Durable || r.SHA256 != sum {
 		t.Errorf("%s ledger: reason=%s result=%+v, want ok, not_durable, durable:false, %s", what, rec.Reason, r, sum)
 	}
 }

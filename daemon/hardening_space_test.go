@@ -99,7 +99,7 @@ func TestWriteNoSpaceLeavesOld(t *testing.T) {
 	}
 	fileIs(t, filepath.Join(ws, "a.txt"), "old")
 	leftTemps(t, ws)
-	if r := h.results("write_file"); len(r) != 1 || r[0].Reason != string(api.ReasonNoSpace) || r[0].Result.OK {
+	if r := h.results("write_file"); len(r) != 1 || r[0].Reason != api.ReasonNoSpace || r[0].Result.OK {
 		t.Fatalf("ledger: %+v", r)
 	}
 }

@@ -227,11 +227,11 @@ func (c *call) auditDecision() (uint64, error) {
 	}
 	rec := &audit.Record{
 		Kind: audit.KindDecision, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
-		Tool: c.req.Tool, Args: c.argsRecord, Verdict: string(c.dec.WireVerdict()), Reason: string(c.dec.Reason),
+		Tool: c.req.Tool, Args: c.argsRecord, Verdict: c.dec.WireVerdict(), Reason: c.dec.Reason,
 		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version, ApprovalID: c.approvalID,
 	}
 	if c.tool != nil {
-		rec.Operation = string(c.tool.Operation)
+		rec.Operation = c.tool.Operation
 	}
 	if c.dec.Resource != nil {
 		rec.Resource = c.dec.Resource.Path
@@ -252,7 +252,7 @@ func (c *call) auditDecision() (uint64, error) {
 func (c *call) auditResult(o *outcome) (uint64, error) {
 	rec := &audit.Record{
 		Kind: audit.KindResult, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
-		Tool: c.req.Tool, Verdict: string(c.dec.WireVerdict()), Reason: string(o.reason), PolicyVersion: c.p.m.Version,
+		Tool: c.req.Tool, Verdict: c.dec.WireVerdict(), Reason: o.reason, PolicyVersion: c.p.m.Version,
 		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated,
 			DurationMS: c.elapsedMS(), ExitCode: o.exitCode, SHA256: o.digest, Size: o.size, Durable: o.durable, Signal: o.signal},
 	}

@@ -176,7 +176,7 @@ func (d *Daemon) auditDropped(uid, gid uint32, n int) {
 			n, unmappedRate, unmappedBurst, maxLimitedUIDs)
 	}
 	err := d.ledger.AppendSync(&audit.Record{Kind: audit.KindDropped, Principal: &audit.Principal{UID: uid, GID: gid},
-		Reason: string(api.ReasonPrincipalNotAllowed), Detail: detail})
+		Reason: api.ReasonPrincipalNotAllowed, Detail: detail})
 	if err != nil {
 		d.log.Error("audit dropped record failed", "err", err, "uid", uid, "count", n)
 	}

@@ -141,7 +141,7 @@ func execWrite(c *call, _ func(string, []byte)) *outcome {
 	if pr == nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
-	mode, err := fileop.ParseWriteMode(c.areq.Mode)
+	mode, err := fileop.ParseWriteMode(string(c.areq.Mode))
 	if err != nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}

@@ -377,7 +377,7 @@ func TestCLI(t *testing.T) {
 		}
 		if json.Unmarshal(lines[i], &rec) == nil && rec.Verdict != "" {
 			seq = rec.Seq
-			lines[i] = bytes.Replace(lines[i], []byte(`"verdict":"`+rec.Verdict+`"`), []byte(`"verdict":"ALLOW"`), 1)
+			lines[i] = bytes.Replace(lines[i], []byte(`"verdict":"`+string(rec.Verdict)+`"`), []byte(`"verdict":"ALLOW"`), 1)
 		}
 	}
 	if seq < 0 {

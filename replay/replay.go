@@ -72,7 +72,7 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 	err := audit.Read(r, func(rec *audit.Record) error {
 		switch rec.Kind {
 		case audit.KindApproval:
-			if rec.Verdict == string(api.VerdictAllow) && rec.Reason == "" {
+			if rec.Verdict == api.VerdictAllow && rec.Reason == "" {
 				approved[rec.ApprovalID] = true
 			}
 		case audit.KindDecision:
@@ -87,12 +87,12 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 	// final one: the final one is what is re-decided.
 	final := map[string]bool{}
 	for _, rec := range recs {
-		if rec.Verdict != string(api.VerdictPending) {
+		if rec.Verdict != api.VerdictPending {
 			final[rec.CallID] = true
 		}
 	}
 	for _, rec := range recs {
-		if rec.Verdict == string(api.VerdictPending) && final[rec.CallID] {
+		if rec.Verdict == api.VerdictPending && final[rec.CallID] {
 			continue
 		}
 		rep.Decisions++
@@ -103,7 +103,7 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 		}
 		req.Approved = rec.ApprovalID != "" && approved[rec.ApprovalID]
 		d := authz.Decide(m, req)
-		oldV, oldR := api.Verdict(rec.Verdict), api.Reason(rec.Reason)
+		oldV, oldR := rec.Verdict, rec.Reason
 		newV, newR := d.WireVerdict(), d.Reason
 		if runtimeReasons[oldR] && (d.Allowed() || d.Pending()) {
 			newV, newR = oldV, oldR // a person or the daemon's state decided this one
@@ -138,7 +138,7 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 // lacks was never resolved: not_found).
 func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool) {
 	t := m.Tools[rec.Tool]
-	o := authz.LookupOp(api.Operation(rec.Operation))
+	o := authz.LookupOp(rec.Operation)
 	if o == nil && t != nil {
 		// The tool was unknown when decided: its args were recorded as
 		// given; read them as the tool that has the name now would.
@@ -157,7 +157,7 @@ func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool
 	}
 	// The daemon records an args error in detail whenever there was one.
 	req.ArgsError = rec.Detail
-	if rec.Reason == string(api.ReasonInvalidArgs) && req.ArgsError == "" {
+	if rec.Reason == api.ReasonInvalidArgs && req.ArgsError == "" {
 		req.ArgsError = "invalid args (recorded)"
 	}
 	subject := ""

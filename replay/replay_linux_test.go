@@ -55,7 +55,7 @@ func ledger(t *testing.T, calls []call) string {
 			uid = 1000
 		}
 		rec := &audit.Record{Kind: audit.KindDecision, CallID: "c-" + string(rune('a'+i)), Tool: c.tool,
-			Verdict: c.verdict, Reason: c.reason, Principal: &audit.Principal{Name: "agent", UID: uid, GID: uid}}
+			Verdict: api.Verdict(c.verdict), Reason: api.Reason(c.reason), Principal: &audit.Principal{Name: "agent", UID: uid, GID: uid}}
 		rec.Args, _ = json.Marshal(c.args)
 		if c.resolved != nil {
 			rec.Resolved, _ = json.Marshal(c.resolved)

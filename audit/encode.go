@@ -40,6 +40,14 @@ func appendRecord(b []byte, rec *Record) []byte {
 	raw("args", rec.Args)
 	str("call_id", rec.CallID, true)
 	str("detail", rec.Detail, true)
+	if rec.Egress != nil {
+		// Rare (network calls only): encoding/json, which the rest of
+		// this function matches by hand.
+		e, err := json.Marshal(rec.Egress)
+		if err == nil {
+			raw("egress", e)
+		}
+	}
 	str("kind", rec.Kind, false)
 	str("operation", string(rec.Operation), true)
 	str("policy_version", rec.PolicyVersion, true)

@@ -25,6 +25,9 @@ const (
 	// KindDropped summarizes decision records not written for a uid that
 	// maps to no principal, over the rate limit.
 	KindDropped = "dropped"
+	// KindConnection is one connection a command made through sluiced's
+	// egress proxy, recorded under its call when it ends.
+	KindConnection = "connection"
 )
 
 // Record is one ledger line. Fields are declared in key order and "hash"
@@ -35,6 +38,7 @@ type Record struct {
 	Args          json.RawMessage `json:"args,omitempty"`
 	CallID        string          `json:"call_id,omitempty"`
 	Detail        string          `json:"detail,omitempty"`
+	Egress        *Egress         `json:"egress,omitempty"`
 	Kind          string          `json:"kind"`
 	Operation     api.Operation   `json:"operation,omitempty"`
 	PolicyVersion string          `json:"policy_version,omitempty"`
@@ -60,6 +64,35 @@ type Principal struct {
 	Name string `json:"name"`
 	PID  int32  `json:"pid"`
 	UID  uint32 `json:"uid"`
+}
+
+// Egress is what a fetch, a post or a command's proxied connection did on
+// the network: where it went and how much moved each way, never a body.
+type Egress struct {
+	// Addr is the address dialed (ip:port): what was checked and used,
+	// never looked up again.
+	Addr string `json:"addr,omitempty"`
+	// BodyLen and BodySHA256 describe a post's body.
+	BodyLen     int64       `json:"body_len,omitempty"`
+	BodySHA256  string      `json:"body_sha256,omitempty"`
+	BytesIn     int64       `json:"bytes_in"`
+	BytesOut    int64       `json:"bytes_out"`
+	ContentType string      `json:"content_type,omitempty"`
+	Hops        []EgressHop `json:"hops,omitempty"` // each request of a redirect chain
+	Method      string      `json:"method,omitempty"`
+	Status      int         `json:"status,omitempty"` // the HTTP status
+	// Target is the URL asked for (a fetch's first, a post's), or a
+	// proxied connection's CONNECT authority or URL.
+	Target string `json:"target,omitempty"`
+}
+
+// EgressHop is one request of a fetch's redirect chain, each authorized
+// as a new URL.
+type EgressHop struct {
+	Addr   string `json:"addr,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	Status int    `json:"status,omitempty"`
+	URL    string `json:"url"`
 }
 
 // Result is what an executed call did.

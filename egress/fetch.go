@@ -258,6 +258,13 @@ func readBody(ctx context.Context, res *Result, resp *http.Response, max int64) 
 		n, err := resp.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
+			// net/http may report a body cut short by the deadline as a
+			// clean EOF (observed with TLS, Go 1.26): a body that ended
+			// after the call's context did is a timeout, not a result.
+			if ctx.Err() != nil {
+				res.Body = nil
+				return upstreamCtx(ctx, "read", err)
+			}
 			break
 		}
 		if err != nil {

@@ -149,14 +149,17 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	lim := &headerLimit{r: c}
 	lim.n.Store(int64(mh))
 	br := bufio.NewReaderSize(lim, 4096)
-	c.SetReadDeadline(time.Now().Add(ht))
+	deadline := time.Now().Add(ht)
+	c.SetReadDeadline(deadline)
 	req, err := http.ReadRequest(br)
 	if err != nil {
 		rec.Detail = "read request: " + err.Error()
 		var ne net.Error
 		switch {
-		case errors.As(err, &ne) && ne.Timeout():
+		// net/http may report a line cut by the deadline as malformed.
+		case errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() || !time.Now().Before(deadline):
 			rec.Detail = "request header not received within the header timeout"
+			reply(c, http.StatusRequestTimeout, "request header timeout")
 		case errors.Is(err, errHeaderTooLarge):
 			reply(c, http.StatusRequestHeaderFieldsTooLarge, "request header too large")
 		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
@@ -263,7 +266,8 @@ func forward(req *http.Request, t *Target, up, client *countingConn, idle time.D
 	req.Close = true
 	up.SetDeadline(time.Now().Add(idle))
 	if err := req.Write(up); err != nil {
-		if errors.Is(err, errLimitOut) {
+		// net/http does not always wrap the writer's error.
+		if errors.Is(err, errLimitOut) || up.limit > 0 && up.written.Load() >= up.limit {
 			return ReasonLimitExceeded, "max_bytes_out reached"
 		}
 		return ReasonUpstreamError, "write request: " + err.Error()

@@ -264,6 +264,14 @@ func forward(req *http.Request, t *Target, up, client *countingConn, idle time.D
 		req.Header.Del(h)
 	}
 	req.Close = true
+	// The client may hold its body until told to continue; say so here
+	// rather than relay the interim response (req.Write needs the body).
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		req.Header.Del("Expect")
+		if _, err := io.WriteString(client, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+			return ReasonUpstreamError, "write 100-continue: " + err.Error()
+		}
+	}
 	up.SetDeadline(time.Now().Add(idle))
 	if err := req.Write(up); err != nil {
 		// net/http does not always wrap the writer's error.

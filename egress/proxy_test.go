@@ -176,6 +176,21 @@ func TestProxyPlainHTTP(t *testing.T) {
 	if r := e.record(t); r.Method != "GET" || r.Verdict != "allow" || r.Reason != ReasonAllowed || r.BytesIn == 0 {
 		t.Fatalf("record %+v", r)
 	}
+	// Expect: 100-continue is answered by the proxy, then the body flows.
+	c := e.dial(t)
+	io.WriteString(c, "POST http://plain.test:"+srv.port+"/post HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+	br := bufio.NewReader(c)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("want 100 Continue, got %q %v", line, err)
+	}
+	br.ReadString('\n')
+	io.WriteString(c, "body")
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after 100-continue: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	e.record(t)
 	// Malformed or unsupported input.
 	for _, c := range []struct {
 		req  string

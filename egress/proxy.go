@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -78,6 +79,17 @@ func (px *Proxy) Serve(ctx context.Context, l net.Listener) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				err = nil
+				break
+			}
+			// Out of fds: wait for connections to end rather than give
+			// up serving (net/http does the same).
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				select {
+				case <-time.After(50 * time.Millisecond):
+					continue
+				case <-ctx.Done():
+					err = nil
+				}
 			}
 			break
 		}

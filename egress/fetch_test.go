@@ -385,3 +385,53 @@ func TestPost(t *testing.T) {
 		t.Fatalf("loopback post: %v", err)
 	}
 }
+
+// A name answered with ::1 or an IPv4-mapped loopback address: refused
+// without the opt-in, dialed (unmapped) with it.
+func TestFetchIPv6AndMappedAnswers(t *testing.T) {
+	srv4 := newServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "v4") }))
+	l6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatalf("this test needs IPv6 loopback: %v", err)
+	}
+	srv6 := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "v6") })}
+	go srv6.Serve(l6)
+	t.Cleanup(func() { srv6.Close() })
+	_, port6, _ := net.SplitHostPort(l6.Addr().String())
+
+	res := newResolver("v6.test", "::1", "mapped.test", "::ffff:127.0.0.1")
+	c := testClient(res)
+	for _, tc := range []struct {
+		host, port, want string
+	}{
+		{"v6.test", port6, "v6"},
+		{"mapped.test", srv4.port, "v4"},
+	} {
+		url := "http://" + tc.host + ":" + tc.port + "/"
+		cfg := Config{Hosts: []string{tc.host + ":" + tc.port}, Schemes: []string{"http"}}
+		if _, err := c.Fetch(context.Background(), mustPolicy(t, cfg), FetchRequest{URL: url}); !errors.Is(err, ErrEgressDenied) {
+			t.Fatalf("%s without the opt-in: %v", tc.host, err)
+		}
+		cfg.InsecureAllowPrivate = true
+		r, err := c.Fetch(context.Background(), mustPolicy(t, cfg), FetchRequest{URL: url})
+		if err != nil || string(r.Body) != tc.want {
+			t.Fatalf("%s: %v %+v", tc.host, err, r)
+		}
+		if tc.host == "mapped.test" && !r.Addr.Addr().Is4() {
+			t.Fatalf("mapped answer dialed as %v, want the IPv4 address", r.Addr)
+		}
+	}
+}
+
+// The pinned dialer dials only what was pinned: a host:port nobody
+// authorized is refused without a lookup or a connect.
+func TestPinnedDialerRefusesUnpinned(t *testing.T) {
+	pd := newPinnedDialer(0)
+	pd.pin("api.test:443", netip.MustParseAddrPort("127.0.0.1:9"))
+	if _, err := pd.DialContext(context.Background(), "tcp", "evil.test:443"); !errors.Is(err, ErrEgressDenied) {
+		t.Fatalf("unpinned dial: %v", err)
+	}
+	if _, err := pd.DialContext(context.Background(), "tcp", "api.test:8443"); !errors.Is(err, ErrEgressDenied) {
+		t.Fatalf("pinned host, other port: %v", err)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+
+	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
 // BenchmarkFetchLocal compares a Fetch of a local URL (parse, authorize,
@@ -20,7 +22,7 @@ func BenchmarkFetchLocal(b *testing.B) {
 	srv := newServer(b, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
 	url := "http://bench.test:" + srv.port + "/"
 	direct := "http://127.0.0.1:" + srv.port + "/"
-	p := mustPolicy(b, Config{Hosts: []string{"bench.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
+	p := mustPolicy(b, netpolicy.Config{Hosts: []string{"bench.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
 	c := testClient(newResolver("bench.test", "127.0.0.1"))
 	b.Run("egress", func(b *testing.B) {
 		for b.Loop() {
@@ -68,7 +70,7 @@ func BenchmarkProxyThroughput(b *testing.B) {
 			}
 		}
 	}))
-	p := mustPolicy(b, Config{Hosts: []string{"bench.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
+	p := mustPolicy(b, netpolicy.Config{Hosts: []string{"bench.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
 	env := startBenchProxy(b, &Proxy{Client: testClient(newResolver("bench.test", "127.0.0.1")), Policy: p})
 	get := func(b *testing.B, hc *http.Client, url string) {
 		resp, err := hc.Get(url)

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
 // Resolver looks a name up once. *net.Resolver implements it; tests inject
@@ -43,7 +45,7 @@ func (c *Client) resolver() Resolver {
 // the returned address is the resource: it is what gets dialed, never the
 // name again. An IP-literal target (only possible when a hosts entry lists
 // that literal) is checked the same way.
-func (c *Client) Resolve(ctx context.Context, p *Policy, t *Target) (netip.AddrPort, error) {
+func (c *Client) Resolve(ctx context.Context, p *netpolicy.Policy, t *netpolicy.Target) (netip.AddrPort, error) {
 	var addrs []netip.Addr
 	if t.IP.IsValid() {
 		addrs = []netip.Addr{t.IP}
@@ -57,9 +59,9 @@ func (c *Client) Resolve(ctx context.Context, p *Policy, t *Target) (netip.AddrP
 			return netip.AddrPort{}, &UpstreamError{Op: "resolve", Err: err}
 		}
 	}
-	a, err := CheckAddrs(addrs, p.allowPrivate)
+	a, err := netpolicy.CheckAddrs(addrs, p.InsecureAllowPrivate())
 	if err != nil {
-		return netip.AddrPort{}, denied("%s: %v", t.Host, err.(*DeniedError).Reason)
+		return netip.AddrPort{}, denied("%s: %v", t.Host, reasonOf(err))
 	}
 	return netip.AddrPortFrom(a, t.Port), nil
 }

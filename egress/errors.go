@@ -3,20 +3,15 @@ package egress
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
+
+	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
-// Sentinels, checked with errors.Is. Every error this package returns for a
-// refusal matches ErrEgressDenied; every failure of an allowed request on
-// the way to or from the upstream matches ErrUpstream; malformed requests
-// (a method other than GET/HEAD, a body that is not JSON) match
-// ErrInvalidRequest.
-var (
-	ErrEgressDenied   = errors.New("egress denied")
-	ErrUpstream       = errors.New("upstream error")
-	ErrInvalidRequest = errors.New("invalid egress request")
-)
+// ErrUpstream matches every failure of an allowed request on the way to
+// or from the upstream. Refusals match netpolicy.ErrEgressDenied and
+// malformed requests netpolicy.ErrInvalidRequest.
+var ErrUpstream = errors.New("upstream error")
 
 // Stable reason codes (docs/reasons.md) this package's errors map to; the
 // daemon's api package carries the same strings.
@@ -29,21 +24,6 @@ const (
 	ReasonCancelled     = "cancelled"
 	ReasonInternalError = "internal_error"
 )
-
-// DeniedError is a refusal: by parsing (a URL trick), by policy (host,
-// scheme, port, header, webhook) or by address (loopback, private, ...).
-// Reason is a short phrase for the audit and logs, never shown as prose in
-// place of the stable code egress_denied.
-type DeniedError struct {
-	Reason string
-}
-
-func (e *DeniedError) Error() string        { return "egress denied: " + e.Reason }
-func (e *DeniedError) Is(target error) bool { return target == ErrEgressDenied }
-
-func denied(format string, args ...any) error {
-	return &DeniedError{Reason: fmt.Sprintf(format, args...)}
-}
 
 // UpstreamError is a failure of an allowed request: the name did not
 // resolve, the connection was refused or reset, TLS failed (a certificate
@@ -73,9 +53,9 @@ func Reason(err error) string {
 	switch {
 	case err == nil:
 		return ReasonAllowed
-	case errors.Is(err, ErrEgressDenied):
+	case errors.Is(err, netpolicy.ErrEgressDenied):
 		return ReasonEgressDenied
-	case errors.Is(err, ErrInvalidRequest):
+	case errors.Is(err, netpolicy.ErrInvalidRequest):
 		return ReasonInvalidArgs
 	case errors.Is(err, context.Canceled):
 		return ReasonCancelled
@@ -83,4 +63,15 @@ func Reason(err error) string {
 		return ReasonUpstreamError
 	}
 	return ReasonInternalError
+}
+
+func denied(format string, args ...any) error { return netpolicy.Denied(format, args...) }
+
+// reasonOf is the phrase of a *netpolicy.DeniedError, or the error's text.
+func reasonOf(err error) string {
+	var de *netpolicy.DeniedError
+	if errors.As(err, &de) {
+		return de.Reason
+	}
+	return err.Error()
 }

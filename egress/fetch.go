@@ -14,6 +14,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
 // FetchRequest is the fetch operation's args.
@@ -32,7 +34,7 @@ type PostRequest struct {
 // Hop records one request of a chain (the first URL, then each redirect).
 type Hop struct {
 	URL    string
-	Rule   Rule
+	Rule   netpolicy.Rule
 	Addr   netip.AddrPort // address dialed; zero when the hop was refused before dialing
 	Status int            // 0 when no response arrived
 }
@@ -48,18 +50,18 @@ type Result struct {
 	Bytes       int64  // len(Body)
 	URL         string // final URL
 	Addr        netip.AddrPort
-	Rule        Rule
+	Rule        netpolicy.Rule
 	Hops        []Hop
 	Duration    time.Duration
 }
 
 // Fetch performs a fetch with the default Client.
-func Fetch(ctx context.Context, p *Policy, req FetchRequest) (*Result, error) {
+func Fetch(ctx context.Context, p *netpolicy.Policy, req FetchRequest) (*Result, error) {
 	return defaultClient.Fetch(ctx, p, req)
 }
 
 // Post performs a post with the default Client.
-func Post(ctx context.Context, p *Policy, req PostRequest) (*Result, error) {
+func Post(ctx context.Context, p *netpolicy.Policy, req PostRequest) (*Result, error) {
 	return defaultClient.Post(ctx, p, req)
 }
 
@@ -74,19 +76,23 @@ var credentialHeaders = []string{"Authorization", "Cookie", "Cookie2"}
 // is followed only after its Location passed the same checks, so a hop to
 // an undeclared host is refused before anything is sent there. The body
 // is read up to MaxBytes+1 and never buffered beyond that.
-func (c *Client) Fetch(ctx context.Context, p *Policy, req FetchRequest) (*Result, error) {
+func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchRequest) (*Result, error) {
 	method := req.Method
 	if method == "" {
 		method = http.MethodGet
 	}
 	if method != http.MethodGet && method != http.MethodHead {
-		return nil, errors.Join(ErrInvalidRequest, errors.New("method must be GET or HEAD"))
+		return nil, errors.Join(netpolicy.ErrInvalidRequest, errors.New("method must be GET or HEAD"))
 	}
-	hdr, err := p.checkHeaders(req.Headers)
+	checked, err := p.CheckHeaders(req.Headers)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	hdr := http.Header{}
+	for k, v := range checked {
+		hdr[k] = []string{v}
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.Timeout())
 	defer cancel()
 	start := time.Now()
 	pd := newPinnedDialer(c.DialTimeout)
@@ -95,13 +101,13 @@ func (c *Client) Fetch(ctx context.Context, p *Policy, req FetchRequest) (*Resul
 
 	res := &Result{}
 	next := req.URL
-	var prev *Target
+	var prev *netpolicy.Target
 	for hop := 0; ; hop++ {
 		t, rule, err := p.AuthorizeURL(next)
 		if err != nil {
 			if hop > 0 {
 				res.Hops = append(res.Hops, Hop{URL: truncate(next, 512)})
-				return res, denied("redirect %d: %v", hop, err.(*DeniedError).Reason)
+				return res, denied("redirect %d: %v", hop, reasonOf(err))
 			}
 			return nil, err
 		}
@@ -122,9 +128,9 @@ func (c *Client) Fetch(ctx context.Context, p *Policy, req FetchRequest) (*Resul
 		loc := resp.Header.Get("Location")
 		if isRedirect(resp.StatusCode) && loc != "" {
 			resp.Body.Close()
-			if hop >= p.maxRedirects {
+			if hop >= p.MaxRedirects() {
 				res.Duration = time.Since(start)
-				return res, denied("more than max_redirects (%d) redirects", p.maxRedirects)
+				return res, denied("more than max_redirects (%d) redirects", p.MaxRedirects())
 			}
 			u, err := t.URL.Parse(loc)
 			if err != nil {
@@ -133,7 +139,7 @@ func (c *Client) Fetch(ctx context.Context, p *Policy, req FetchRequest) (*Resul
 			next, prev = u.String(), t
 			continue
 		}
-		err = readBody(ctx, res, resp, p.maxBytes)
+		err = readBody(ctx, res, resp, p.MaxBytes())
 		res.Duration = time.Since(start)
 		return res, err
 	}
@@ -143,18 +149,18 @@ func (c *Client) Fetch(ctx context.Context, p *Policy, req FetchRequest) (*Resul
 // webhooks glob, with the same address checks and pinned dialing as
 // Fetch. Redirects are not followed: the body goes to the matched URL or
 // nowhere; a 3xx is returned as the result.
-func (c *Client) Post(ctx context.Context, p *Policy, req PostRequest) (*Result, error) {
-	if int64(len(req.Body)) > p.maxRequestBytes {
-		return nil, denied("body of %d bytes exceeds max_request_bytes %d", len(req.Body), p.maxRequestBytes)
+func (c *Client) Post(ctx context.Context, p *netpolicy.Policy, req PostRequest) (*Result, error) {
+	if int64(len(req.Body)) > p.MaxRequestBytes() {
+		return nil, denied("body of %d bytes exceeds max_request_bytes %d", len(req.Body), p.MaxRequestBytes())
 	}
 	if !json.Valid(req.Body) {
-		return nil, errors.Join(ErrInvalidRequest, errors.New("body is not JSON"))
+		return nil, errors.Join(netpolicy.ErrInvalidRequest, errors.New("body is not JSON"))
 	}
 	t, rule, err := p.AuthorizeWebhook(req.URL)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := context.WithTimeout(ctx, p.Timeout())
 	defer cancel()
 	start := time.Now()
 	pd := newPinnedDialer(c.DialTimeout)
@@ -169,7 +175,7 @@ func (c *Client) Post(ctx context.Context, p *Policy, req PostRequest) (*Result,
 		return res, err
 	}
 	res.Hops[0].Status = resp.StatusCode
-	err = readBody(ctx, res, resp, p.maxBytes)
+	err = readBody(ctx, res, resp, p.MaxBytes())
 	res.Duration = time.Since(start)
 	return res, err
 }
@@ -182,7 +188,7 @@ func BodyDigest(body []byte) (string, int) {
 }
 
 // send resolves and pins t, then performs one request.
-func (c *Client) send(ctx context.Context, p *Policy, pd *pinnedDialer, tr *http.Transport, t *Target,
+func (c *Client) send(ctx context.Context, p *netpolicy.Policy, pd *pinnedDialer, tr *http.Transport, t *netpolicy.Target,
 	method string, hdr http.Header, body []byte) (*http.Response, netip.AddrPort, error) {
 	ap, err := c.Resolve(ctx, p, t)
 	if err != nil {
@@ -209,7 +215,7 @@ func (c *Client) send(ctx context.Context, p *Policy, pd *pinnedDialer, tr *http
 }
 
 func classify(ctx context.Context, err error) error {
-	var de *DeniedError
+	var de *netpolicy.DeniedError
 	if errors.As(err, &de) {
 		return de
 	}
@@ -285,23 +291,6 @@ func isRedirect(code int) bool {
 		return true
 	}
 	return false
-}
-
-// checkHeaders refuses any header outside allowed_headers and any CR, LF
-// or NUL in names or values.
-func (p *Policy) checkHeaders(h map[string]string) (http.Header, error) {
-	out := http.Header{}
-	for name, v := range h {
-		if err := CheckHeader(name, v); err != nil {
-			return nil, err
-		}
-		cn := http.CanonicalHeaderKey(name)
-		if !p.headers[cn] {
-			return nil, denied("header %s not in allowed_headers", truncate(name, 64))
-		}
-		out.Set(cn, v)
-	}
-	return out, nil
 }
 
 func truncate(s string, n int) string {

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
 func TestFetchAllowed(t *testing.T) {
@@ -27,7 +29,7 @@ func TestFetchAllowed(t *testing.T) {
 		io.WriteString(w, "hello "+r.URL.Path+" accept="+r.Header.Get("Accept"))
 	}))
 	res := newResolver("api.test", "127.0.0.1")
-	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true})
 	r, err := testClient(res).Fetch(context.Background(), p, FetchRequest{
 		URL: "https://API.test:" + srv.port + "/hello", Headers: map[string]string{"accept": "text/plain"},
 	})
@@ -52,7 +54,7 @@ func TestFetchAllowed(t *testing.T) {
 	if err != nil || r.Status != 200 || len(r.Body) != 0 {
 		t.Fatalf("HEAD: %+v %v", r, err)
 	}
-	if _, err := testClient(res).Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + srv.port + "/", Method: "DELETE"}); !errors.Is(err, ErrInvalidRequest) {
+	if _, err := testClient(res).Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + srv.port + "/", Method: "DELETE"}); !errors.Is(err, netpolicy.ErrInvalidRequest) {
 		t.Fatalf("DELETE: %v", err)
 	}
 }
@@ -66,7 +68,7 @@ func portOf(r *http.Request) string {
 // the pinned address only has a certificate for api.test.
 func TestFetchTLSNameMismatch(t *testing.T) {
 	srv := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	p := mustPolicy(t, Config{Hosts: []string{"other.test:" + srv.port}, InsecureAllowPrivate: true})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"other.test:" + srv.port}, InsecureAllowPrivate: true})
 	_, err := testClient(newResolver("other.test", "127.0.0.1")).Fetch(context.Background(), p, FetchRequest{URL: "https://other.test:" + srv.port + "/"})
 	var ue *UpstreamError
 	if !errors.As(err, &ue) || ue.Op != "tls" || Reason(err) != ReasonUpstreamError {
@@ -82,7 +84,7 @@ func TestFetchTruncates(t *testing.T) {
 	srv := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write(body[:len(body)-len(r.URL.Query().Get("short"))])
 	}))
-	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true, MaxBytes: 1000})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true, MaxBytes: 1000})
 	c := testClient(newResolver("api.test", "127.0.0.1"))
 	r, err := c.Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + srv.port + "/"})
 	if err != nil {
@@ -92,7 +94,7 @@ func TestFetchTruncates(t *testing.T) {
 		t.Fatalf("truncated=%v bytes=%d", r.Truncated, r.Bytes)
 	}
 	// Exactly max_bytes is not truncated.
-	p = mustPolicy(t, Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true, MaxBytes: int64(len(body))})
+	p = mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true, MaxBytes: int64(len(body))})
 	r, err = c.Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + srv.port + "/"})
 	if err != nil || r.Truncated || r.Bytes != int64(len(body)) {
 		t.Fatalf("at the cap: truncated=%v bytes=%d err=%v", r.Truncated, r.Bytes, err)
@@ -110,7 +112,7 @@ func TestFetchSlowBodyTimesOut(t *testing.T) {
 		case <-release:
 		}
 	}))
-	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true, Timeout: 300 * time.Millisecond})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true, Timeout: 300 * time.Millisecond})
 	r, err := testClient(newResolver("api.test", "127.0.0.1")).Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + srv.port + "/"})
 	var ue *UpstreamError
 	if !errors.As(err, &ue) || !ue.Timeout() || Reason(err) != ReasonUpstreamError {
@@ -152,13 +154,13 @@ func TestFetchRedirectToUndeclaredHost(t *testing.T) {
 		}
 	}))
 	res := newResolver("api.test", "127.0.0.1", "evil.test", "127.0.0.1", "other.test", "127.0.0.1")
-	p := mustPolicy(t, Config{
+	p := mustPolicy(t, netpolicy.Config{
 		Hosts:                []string{"api.test:" + api.port, "other.test:" + other.port},
 		InsecureAllowPrivate: true, AllowedHeaders: []string{"Accept", "Authorization"},
 	})
 	c := testClient(res)
 	r, err := c.Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + api.port + "/start"})
-	if !errors.Is(err, ErrEgressDenied) || !strings.Contains(err.Error(), "redirect 2") {
+	if !errors.Is(err, netpolicy.ErrEgressDenied) || !strings.Contains(err.Error(), "redirect 2") {
 		t.Fatalf("got %v, want egress denied at redirect 2", err)
 	}
 	if evil.hits.Load() != 0 || res.count("evil.test") != 0 {
@@ -175,21 +177,21 @@ func TestFetchRedirectToUndeclaredHost(t *testing.T) {
 	}
 	// max_redirects (default 3).
 	_, err = c.Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + api.port + "/loop"})
-	if !errors.Is(err, ErrEgressDenied) || !strings.Contains(err.Error(), "max_redirects") {
+	if !errors.Is(err, netpolicy.ErrEgressDenied) || !strings.Contains(err.Error(), "max_redirects") {
 		t.Fatalf("loop: %v", err)
 	}
 	// A downgrade to http is a new URL, refused by schemes.
 	_, err = c.Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + api.port + "/downgrade"})
-	if !errors.Is(err, ErrEgressDenied) {
+	if !errors.Is(err, netpolicy.ErrEgressDenied) {
 		t.Fatalf("downgrade: %v", err)
 	}
 }
 
 func TestFetchLoopbackNeedsOptIn(t *testing.T) {
 	srv := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + srv.port}})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}})
 	_, err := testClient(newResolver("api.test", "127.0.0.1")).Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + srv.port + "/"})
-	if !errors.Is(err, ErrEgressDenied) || Reason(err) != ReasonEgressDenied || !strings.Contains(err.Error(), "loopback") {
+	if !errors.Is(err, netpolicy.ErrEgressDenied) || Reason(err) != ReasonEgressDenied || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("got %v, want egress denied (loopback)", err)
 	}
 	if srv.hits.Load() != 0 {
@@ -204,9 +206,9 @@ func TestFetchRebinding(t *testing.T) {
 	srv := newServer(t, []string{"rebind.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	res := newResolver()
 	res.add("rebind.test", "203.0.113.7", "127.0.0.1")
-	p := mustPolicy(t, Config{Hosts: []string{"rebind.test:" + srv.port}})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"rebind.test:" + srv.port}})
 	r, err := testClient(res).Fetch(context.Background(), p, FetchRequest{URL: "https://rebind.test:" + srv.port + "/"})
-	if !errors.Is(err, ErrEgressDenied) || !strings.Contains(err.Error(), "127.0.0.1 is loopback") {
+	if !errors.Is(err, netpolicy.ErrEgressDenied) || !strings.Contains(err.Error(), "127.0.0.1 is loopback") {
 		t.Fatalf("got %v, want egress denied naming 127.0.0.1", err)
 	}
 	if r != nil && r.Addr.IsValid() {
@@ -233,7 +235,7 @@ func TestFetchHugeBodyFlatMemory(t *testing.T) {
 			}
 		}
 	}))
-	p := mustPolicy(t, Config{Hosts: []string{"big.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true, MaxBytes: 64 << 10})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"big.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true, MaxBytes: 64 << 10})
 	c := testClient(newResolver("big.test", "127.0.0.1"))
 	runtime.GC()
 	var before, after runtime.MemStats
@@ -260,7 +262,7 @@ func TestFetchHeaders(t *testing.T) {
 	}))
 	res := newResolver("api.test", "127.0.0.1")
 	url := "https://api.test:" + srv.port + "/"
-	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true})
 	c := testClient(res)
 	for _, h := range []map[string]string{
 		{"Authorization": "Bearer x"},
@@ -273,14 +275,14 @@ func TestFetchHeaders(t *testing.T) {
 		{"Accept\r\nX-Injected": "1"},
 		{"Bad Name": "1"},
 	} {
-		if _, err := c.Fetch(context.Background(), p, FetchRequest{URL: url, Headers: h}); !errors.Is(err, ErrEgressDenied) {
+		if _, err := c.Fetch(context.Background(), p, FetchRequest{URL: url, Headers: h}); !errors.Is(err, netpolicy.ErrEgressDenied) {
 			t.Errorf("headers %q: %v, want egress denied", h, err)
 		}
 	}
 	if srv.hits.Load() != 0 {
 		t.Fatal("a refused header reached the server")
 	}
-	p = mustPolicy(t, Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true, AllowedHeaders: []string{"Accept", "X-Api-Key"}})
+	p = mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true, AllowedHeaders: []string{"Accept", "X-Api-Key"}})
 	if _, err := c.Fetch(context.Background(), p, FetchRequest{URL: url, Headers: map[string]string{"x-api-key": "k", "Accept": "*/*"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +299,7 @@ func TestFetchUpstreamErrors(t *testing.T) {
 	}
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	l.Close() // nothing listens there now: connection refused
-	p := mustPolicy(t, Config{Hosts: []string{"down.test:" + port, "nxdomain.test"}, InsecureAllowPrivate: true})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"down.test:" + port, "nxdomain.test"}, InsecureAllowPrivate: true})
 	c := testClient(newResolver("down.test", "127.0.0.1"))
 	r, err := c.Fetch(context.Background(), p, FetchRequest{URL: "https://down.test:" + port + "/"})
 	if !errors.Is(err, ErrUpstream) || Reason(err) != ReasonUpstreamError || r == nil || !r.Addr.IsValid() {
@@ -318,7 +320,7 @@ func TestFetchIgnoresProxyEnv(t *testing.T) {
 	t.Setenv("HTTP_PROXY", proxy.URL)
 	t.Setenv("https_proxy", proxy.URL)
 	srv := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "direct") }))
-	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true})
 	r, err := testClient(newResolver("api.test", "127.0.0.1")).Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + srv.port + "/"})
 	if err != nil || string(r.Body) != "direct" || proxy.hits.Load() != 0 {
 		t.Fatalf("%v %+v proxy hits %d", err, r, proxy.hits.Load())
@@ -341,7 +343,7 @@ func TestPost(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"ok":true}`)
 	}))
-	p := mustPolicy(t, Config{Webhooks: []string{"https://hooks.test:" + srv.port + "/*"}, InsecureAllowPrivate: true, MaxRequestBytes: 1024})
+	p := mustPolicy(t, netpolicy.Config{Webhooks: []string{"https://hooks.test:" + srv.port + "/*"}, InsecureAllowPrivate: true, MaxRequestBytes: 1024})
 	c := testClient(newResolver("hooks.test", "127.0.0.1"))
 	body := json.RawMessage(`{"text":"build passed"}`)
 	r, err := c.Post(context.Background(), p, PostRequest{URL: "https://hooks.test:" + srv.port + "/notify", Body: body})
@@ -362,10 +364,10 @@ func TestPost(t *testing.T) {
 		req  PostRequest
 		want error
 	}{
-		{PostRequest{URL: "https://hooks.test:" + srv.port + "/a/b", Body: body}, ErrEgressDenied},
-		{PostRequest{URL: "https://hooks.test:" + srv.port + "/x", Body: json.RawMessage(`{"x":"` + strings.Repeat("a", 1024) + `"}`)}, ErrEgressDenied},
-		{PostRequest{URL: "https://hooks.test:" + srv.port + "/x", Body: json.RawMessage(`{not json`)}, ErrInvalidRequest},
-		{PostRequest{URL: "https://evil.test/x", Body: body}, ErrEgressDenied},
+		{PostRequest{URL: "https://hooks.test:" + srv.port + "/a/b", Body: body}, netpolicy.ErrEgressDenied},
+		{PostRequest{URL: "https://hooks.test:" + srv.port + "/x", Body: json.RawMessage(`{"x":"` + strings.Repeat("a", 1024) + `"}`)}, netpolicy.ErrEgressDenied},
+		{PostRequest{URL: "https://hooks.test:" + srv.port + "/x", Body: json.RawMessage(`{not json`)}, netpolicy.ErrInvalidRequest},
+		{PostRequest{URL: "https://evil.test/x", Body: body}, netpolicy.ErrEgressDenied},
 	} {
 		if _, err := c.Post(context.Background(), p, c2.req); !errors.Is(err, c2.want) {
 			t.Errorf("%s: %v, want %v", c2.req.URL, err, c2.want)
@@ -380,8 +382,8 @@ func TestPost(t *testing.T) {
 		t.Fatalf("redirect: %+v %v", r, err)
 	}
 	// Loopback without the opt-in.
-	p = mustPolicy(t, Config{Webhooks: []string{"https://hooks.test:" + srv.port + "/*"}})
-	if _, err := c.Post(context.Background(), p, PostRequest{URL: "https://hooks.test:" + srv.port + "/n", Body: body}); !errors.Is(err, ErrEgressDenied) {
+	p = mustPolicy(t, netpolicy.Config{Webhooks: []string{"https://hooks.test:" + srv.port + "/*"}})
+	if _, err := c.Post(context.Background(), p, PostRequest{URL: "https://hooks.test:" + srv.port + "/n", Body: body}); !errors.Is(err, netpolicy.ErrEgressDenied) {
 		t.Fatalf("loopback post: %v", err)
 	}
 }
@@ -408,8 +410,8 @@ func TestFetchIPv6AndMappedAnswers(t *testing.T) {
 		{"mapped.test", srv4.port, "v4"},
 	} {
 		url := "http://" + tc.host + ":" + tc.port + "/"
-		cfg := Config{Hosts: []string{tc.host + ":" + tc.port}, Schemes: []string{"http"}}
-		if _, err := c.Fetch(context.Background(), mustPolicy(t, cfg), FetchRequest{URL: url}); !errors.Is(err, ErrEgressDenied) {
+		cfg := netpolicy.Config{Hosts: []string{tc.host + ":" + tc.port}, Schemes: []string{"http"}}
+		if _, err := c.Fetch(context.Background(), mustPolicy(t, cfg), FetchRequest{URL: url}); !errors.Is(err, netpolicy.ErrEgressDenied) {
 			t.Fatalf("%s without the opt-in: %v", tc.host, err)
 		}
 		cfg.InsecureAllowPrivate = true
@@ -428,10 +430,10 @@ func TestFetchIPv6AndMappedAnswers(t *testing.T) {
 func TestPinnedDialerRefusesUnpinned(t *testing.T) {
 	pd := newPinnedDialer(0)
 	pd.pin("api.test:443", netip.MustParseAddrPort("127.0.0.1:9"))
-	if _, err := pd.DialContext(context.Background(), "tcp", "evil.test:443"); !errors.Is(err, ErrEgressDenied) {
+	if _, err := pd.DialContext(context.Background(), "tcp", "evil.test:443"); !errors.Is(err, netpolicy.ErrEgressDenied) {
 		t.Fatalf("unpinned dial: %v", err)
 	}
-	if _, err := pd.DialContext(context.Background(), "tcp", "api.test:8443"); !errors.Is(err, ErrEgressDenied) {
+	if _, err := pd.DialContext(context.Background(), "tcp", "api.test:8443"); !errors.Is(err, netpolicy.ErrEgressDenied) {
 		t.Fatalf("pinned host, other port: %v", err)
 	}
 }

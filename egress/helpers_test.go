@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
 // testCA is a throwaway CA whose leaf certificates name test hosts
@@ -148,9 +150,9 @@ func (r *fakeResolver) count(host string) int {
 	return r.lookups[host]
 }
 
-func mustPolicy(t testing.TB, c Config) *Policy {
+func mustPolicy(t testing.TB, c netpolicy.Config) *netpolicy.Policy {
 	t.Helper()
-	p, err := NewPolicy(c)
+	p, err := netpolicy.NewPolicy(c)
 	if err != nil {
 		t.Fatalf("NewPolicy: %v", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
 // ConnRecord describes one proxied connection when it ends: what was
@@ -25,7 +27,7 @@ type ConnRecord struct {
 	Host     string // normalized host, when it parsed
 	Port     uint16
 	Addr     netip.AddrPort // address dialed; zero if none
-	Rule     Rule
+	Rule     netpolicy.Rule
 	BytesOut int64 // client → upstream (request bodies, tunnelled bytes)
 	BytesIn  int64 // upstream → client
 	Start    time.Time
@@ -46,7 +48,7 @@ type ConnRecord struct {
 // and at most MaxConns connections are served at once.
 type Proxy struct {
 	Client *Client // nil: the default client
-	Policy *Policy
+	Policy *netpolicy.Policy
 	// OnConn is called once per connection when it ends (allowed or not).
 	OnConn func(ConnRecord)
 	// HeaderTimeout bounds reading the request header; 0 means 10s.
@@ -189,7 +191,7 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	if client == nil {
 		client = defaultClient
 	}
-	var t *Target
+	var t *netpolicy.Target
 	if req.Method == http.MethodConnect {
 		t, rec.Rule, err = px.Policy.AuthorizeConnect(req.RequestURI)
 	} else {
@@ -226,7 +228,7 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	if err != nil {
 		cancel()
 		rec.Reason, rec.Detail = Reason(err), err.Error()
-		if errors.Is(err, ErrEgressDenied) {
+		if errors.Is(err, netpolicy.ErrEgressDenied) {
 			reply(c, http.StatusForbidden, "sluice: egress denied")
 		} else {
 			rec.Verdict = "allow"
@@ -250,7 +252,7 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	if idle == 0 {
 		idle = 5 * time.Minute
 	}
-	out := &countingConn{Conn: up, idle: idle, limit: px.Policy.maxBytesOut}
+	out := &countingConn{Conn: up, idle: idle, limit: px.Policy.MaxBytesOut()}
 	in := &countingConn{Conn: c, idle: idle}
 	if req.Method == http.MethodConnect {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
@@ -268,10 +270,10 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 // forward sends one plain-HTTP request upstream — origin-form, the Host
 // header set from the authorized URL, hop-by-hop and Proxy-* headers
 // removed, Connection: close — and copies the response back.
-func forward(req *http.Request, t *Target, up, client *countingConn, idle time.Duration) (string, string) {
+func forward(req *http.Request, t *netpolicy.Target, up, client *countingConn, idle time.Duration) (string, string) {
 	req.RequestURI = ""
 	req.URL = t.URL
-	req.Host = t.hostForURL()
+	req.Host = t.URL.Host
 	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive", "Te", "Trailer", "Upgrade"} {
 		req.Header.Del(h)
 	}

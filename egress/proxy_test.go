@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
 // proxyEnv is a Proxy serving on a unix socket, as the daemon runs it,
@@ -101,7 +103,7 @@ func TestProxyConnect(t *testing.T) {
 		io.WriteString(w, "through the tunnel")
 	}))
 	other := newServer(t, []string{"other.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + api.port}, InsecureAllowPrivate: true})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + api.port}, InsecureAllowPrivate: true})
 	e := startProxy(t, &Proxy{Client: testClient(newResolver("api.test", "127.0.0.1", "other.test", "127.0.0.1")), Policy: p})
 
 	resp, err := e.client().Get("https://api.test:" + api.port + "/x")
@@ -145,7 +147,7 @@ func TestProxyConnect(t *testing.T) {
 
 func TestProxyLoopbackNeedsOptIn(t *testing.T) {
 	api := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + api.port}})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + api.port}})
 	e := startProxy(t, &Proxy{Client: testClient(newResolver("api.test", "127.0.0.1")), Policy: p})
 	if code := e.raw(t, "CONNECT api.test:"+api.port+" HTTP/1.1\r\n\r\n"); code != 403 {
 		t.Fatalf("got %d", code)
@@ -162,7 +164,7 @@ func TestProxyPlainHTTP(t *testing.T) {
 		}
 		io.WriteString(w, "plain "+r.Host+" "+r.URL.RequestURI())
 	}))
-	p := mustPolicy(t, Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
 	e := startProxy(t, &Proxy{Client: testClient(newResolver("plain.test", "127.0.0.1")), Policy: p})
 	resp, err := e.client().Get("http://PLAIN.test:" + srv.port + "/p?q=1")
 	if err != nil {
@@ -219,7 +221,7 @@ func TestProxyMaxBytesOut(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		got <- len(b)
 	}))
-	p := mustPolicy(t, Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true, MaxBytesOut: 1000})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true, MaxBytesOut: 1000})
 	e := startProxy(t, &Proxy{Client: testClient(newResolver("plain.test", "127.0.0.1")), Policy: p})
 	_, err := e.client().Post("http://plain.test:"+srv.port+"/up", "application/octet-stream", strings.NewReader(strings.Repeat("x", 100000)))
 	if err == nil {
@@ -242,7 +244,7 @@ func TestProxyMaxBytesOut(t *testing.T) {
 // others, and is cut off after HeaderTimeout.
 func TestProxySlowloris(t *testing.T) {
 	srv := newServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	p := mustPolicy(t, Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
 	e := startProxy(t, &Proxy{Client: testClient(newResolver("plain.test", "127.0.0.1")), Policy: p, HeaderTimeout: 2 * time.Second})
 	var slow []net.Conn
 	for i := 0; i < 5; i++ {

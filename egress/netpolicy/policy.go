@@ -1,8 +1,7 @@
-package egress
+package netpolicy
 
 import (
 	"fmt"
-	"net/http"
 	"net/netip"
 	"strings"
 	"time"
@@ -137,7 +136,7 @@ func NewPolicy(c Config) (*Policy, error) {
 		if err := CheckHeader(h, ""); err != nil {
 			return nil, fmt.Errorf("allowed_headers[%d]: %q: not a header name", i, h)
 		}
-		ch := http.CanonicalHeaderKey(h)
+		ch := CanonicalHeaderKey(h)
 		if forbiddenHeaders[ch] || strings.HasPrefix(ch, "Proxy-") {
 			return nil, fmt.Errorf("allowed_headers[%d]: %q: a framing or hop-by-hop header cannot be allowed", i, h)
 		}
@@ -201,7 +200,7 @@ func parseHostRule(entry string) (hostRule, error) {
 	}
 	t, err := parseAuthority(s, 0)
 	if err != nil {
-		return r, fmt.Errorf("%v", err.(*DeniedError).Reason)
+		return r, fmt.Errorf("%v", reasonOf(err))
 	}
 	if t.IP.IsValid() {
 		if r.wildcard {
@@ -342,7 +341,7 @@ func parseWebhook(glob string) (webhookRule, error) {
 	// replaced, then split the path from the raw glob.
 	t, err := ParseURL(strings.ReplaceAll(glob, "*", "x"))
 	if err != nil {
-		return r, fmt.Errorf("%v", err.(*DeniedError).Reason)
+		return r, fmt.Errorf("%v", reasonOf(err))
 	}
 	r.scheme = t.Scheme
 	r.host = t
@@ -466,4 +465,47 @@ func globMatch(pat, s string) bool {
 		p++
 	}
 	return p == len(pat)
+}
+
+// CanonicalHeaderKey is net/http's canonical form of a header name that
+// CheckHeader accepted (first letter and each letter after '-' upper
+// case, the rest lower case), without importing net/http into this pure
+// package.
+func CanonicalHeaderKey(name string) string {
+	b := []byte(name)
+	upper := true
+	for i, c := range b {
+		switch {
+		case upper && c >= 'a' && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case !upper && c >= 'A' && c <= 'Z':
+			b[i] = c - 'A' + 'a'
+		}
+		upper = c == '-'
+	}
+	return string(b)
+}
+
+// CheckHeaders refuses any header outside allowed_headers and any CR, LF
+// or NUL in names or values; it returns the headers under their canonical
+// names.
+func (p *Policy) CheckHeaders(h map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(h))
+	for name, v := range h {
+		if err := CheckHeader(name, v); err != nil {
+			return nil, err
+		}
+		cn := CanonicalHeaderKey(name)
+		if !p.headers[cn] {
+			if len(name) > 64 {
+				name = name[:64] + "..."
+			}
+			return nil, denied("header %s not in allowed_headers", name)
+		}
+		if _, dup := out[cn]; dup {
+			return nil, denied("header %s given twice", cn)
+		}
+		out[cn] = v
+	}
+	return out, nil
 }

@@ -1,7 +1,8 @@
-package egress
+package netpolicy
 
 import (
 	"errors"
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -111,7 +112,7 @@ func TestAuthorizeURLTable(t *testing.T) {
 				if err == nil {
 					t.Fatalf("%q: allowed as %s (rule %s), want refused", c.url, tg, rule)
 				}
-				if !errors.Is(err, ErrEgressDenied) || Reason(err) != ReasonEgressDenied {
+				if !errors.Is(err, ErrEgressDenied) {
 					t.Fatalf("%q: error %v is not ErrEgressDenied", c.url, err)
 				}
 				return
@@ -303,4 +304,39 @@ func FuzzParseURL(f *testing.F) {
 			t.Fatalf("%q: normalized URL %q", s, tg.URL)
 		}
 	})
+}
+
+func TestCanonicalHeaderKeyMatchesNetHTTP(t *testing.T) {
+	for _, h := range []string{"accept", "ACCEPT", "x-api-key", "X-API-KEY", "content-type", "a", "-x-", "x--y", "x1-y2", "If-None-Match"} {
+		if got, want := CanonicalHeaderKey(h), http.CanonicalHeaderKey(h); got != want {
+			t.Errorf("CanonicalHeaderKey(%q) = %q, net/http says %q", h, got, want)
+		}
+	}
+}
+
+func TestCheckHeaders(t *testing.T) {
+	p := mustPolicy(t, Config{AllowedHeaders: []string{"Accept", "x-api-key"}})
+	got, err := p.CheckHeaders(map[string]string{"accept": "a", "X-Api-Key": "k"})
+	if err != nil || got["Accept"] != "a" || got["X-Api-Key"] != "k" {
+		t.Fatalf("%v %v", got, err)
+	}
+	for _, h := range []map[string]string{
+		{"accept": "a", "ACCEPT": "b"},
+		{"Authorization": "x"},
+		{"Accept": "a\r\nX: y"},
+		{"Accept": "a\x00"},
+		{"Acc ept": "a"},
+	} {
+		if _, err := p.CheckHeaders(h); !errors.Is(err, ErrEgressDenied) {
+			t.Errorf("%q: %v", h, err)
+		}
+	}
+	// Zero policy: nothing allowed, not even Accept.
+	var zero Policy
+	if _, err := zero.CheckHeaders(map[string]string{"Accept": "a"}); err == nil {
+		t.Error("zero Policy allowed a header")
+	}
+	if _, _, err := zero.AuthorizeURL("https://api.github.com/"); err == nil {
+		t.Error("zero Policy allowed a URL")
+	}
 }

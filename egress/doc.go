@@ -18,7 +18,7 @@
 //     literals in any non-canonical encoding (2130706433, 0x7f.1),
 //     trailing dots, percent-encoded or non-ASCII hosts, backslashes,
 //     CR/LF/NUL — by parsing, never by string matching on the raw URL.
-//  2. Authorize. Policy.Authorize matches the Target's lowercase ASCII
+//  2. Authorize. netpolicy.Policy.Authorize matches the Target's lowercase ASCII
 //     host and port against the hosts entries and its scheme against the
 //     schemes (Policy.AuthorizeWebhook: the webhooks globs); the matched
 //     Rule goes to the audit.

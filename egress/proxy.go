@@ -294,7 +294,11 @@ func forward(req *http.Request, t *netpolicy.Target, up, client *countingConn, i
 		}
 		return ReasonUpstreamError, "write request: " + err.Error()
 	}
-	if _, err := io.Copy(client, up); err != nil {
+	// The deadline moves with each read: a long, active download is not idle.
+	if _, err := io.Copy(client, readerFunc(func(p []byte) (int, error) {
+		up.SetReadDeadline(time.Now().Add(idle))
+		return up.Conn.Read(p)
+	})); err != nil {
 		return ReasonUpstreamError, "copy response: " + err.Error()
 	}
 	return ReasonAllowed, ""

@@ -278,3 +278,34 @@ func TestProxySlowloris(t *testing.T) {
 		}
 	}
 }
+
+// Stopping the proxy ends open tunnels: nothing outlives Serve, and each
+// connection still gets its record.
+func TestProxyServeStopsTunnels(t *testing.T) {
+	api := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + api.port}, InsecureAllowPrivate: true})
+	e := startProxy(t, &Proxy{Client: testClient(newResolver("api.test", "127.0.0.1")), Policy: p})
+	c := e.dial(t)
+	io.WriteString(c, "CONNECT api.test:"+api.port+" HTTP/1.1\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	e.cancel()
+	select {
+	case err := <-e.done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+		e.done <- nil // for the cleanup
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve did not return with a tunnel open")
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("tunnel still open after Serve returned")
+	}
+	if r := e.record(t); r.Verdict != "allow" || r.Method != "CONNECT" {
+		t.Fatalf("record %+v", r)
+	}
+}

@@ -340,3 +340,28 @@ func TestCheckHeaders(t *testing.T) {
 		t.Error("zero Policy allowed a URL")
 	}
 }
+
+// FuzzAuthorizeConnect: an accepted CONNECT authority names an LDH host
+// (or a listed literal) and a port its entry allows.
+func FuzzAuthorizeConnect(f *testing.F) {
+	for _, s := range []string{"api.github.com:443", "a.example.com:443", "alt.example.org:8443", "192.0.2.10:443", "[2001:db8::10]:8443", "API.github.com.:443", "0x7f.1:443", "[::1]:443"} {
+		f.Add(s)
+	}
+	p := mustPolicy(f, tableConfig)
+	f.Fuzz(func(t *testing.T, s string) {
+		tg, rule, err := p.AuthorizeConnect(s)
+		if err != nil {
+			if !errors.Is(err, ErrEgressDenied) {
+				t.Fatalf("%q: %v", s, err)
+			}
+			return
+		}
+		if tg.URL != nil || !tg.ExplicitPort || tg.Host != strings.ToLower(tg.Host) || strings.HasSuffix(tg.Host, ".") {
+			t.Fatalf("%q: target %+v", s, tg)
+		}
+		r, _ := parseHostRule(tableConfig.Hosts[rule.Index])
+		if r.ip.IsValid() != tg.IP.IsValid() || (r.port != 0 && tg.Port != r.port) || (r.port == 0 && tg.Port != 443) {
+			t.Fatalf("%q: %+v allowed by %v", s, tg, rule)
+		}
+	})
+}

@@ -28,6 +28,8 @@ TARGETS=(
   daemon:FuzzLoadMounts
   internal/foldname:FuzzKey
   internal/securefs:FuzzResolve
+  egress/netpolicy:FuzzParseURL
+  egress/netpolicy:FuzzAuthorizeConnect
 )
 
 save=0

@@ -4,7 +4,9 @@
 // over its unix socket against, in the same run: the transport floor (a
 // no-op HTTP server on a unix socket, in its own process, answering the
 // same body), the durability floor (one append+fdatasync in the state
-// dir), and spawning cat. It prints a table with ratios.
+// dir), and spawning cat. It prints a table with ratios, then the goals
+// table: each of the Performance issue's read-path goals, as the value or
+// ratio it is stated in, and whether this run met it.
 //
 //	readbench --bin bin [--n 3000] [--seconds 5]
 package main
@@ -20,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,7 +63,7 @@ func main() {
 	// sluiced
 	sock := filepath.Join(*work, "sluice.sock")
 	state := filepath.Join(*work, "state")
-	d := exec.Command(filepath.Join(*bin, "sluiced"), "--manifest", manifest, "--socket", sock, "--state-dir", state, "--log-level", "error")
+	d := exec.Command(filepath.Join(*bin, "sluiced"), "--manifest", manifest, "--socket", sock, "--state-dir", state, "--run-dir", filepath.Join(*work, "run"), "--log-level", "error")
 	d.Stderr = os.Stderr
 	check(d.Start())
 	defer func() { d.Process.Signal(unix.SIGTERM); d.Wait() }()
@@ -128,13 +131,33 @@ func main() {
 
 	fmt.Printf("\nthroughput over %.0f s per row (calls/s)\n", *secs)
 	fmt.Printf("%-10s %12s %12s %8s\n", "clients", "sluice", "no-op floor", "ratio")
+	var s8, f8 float64
 	for _, k := range []int{1, 2, 4, 8} {
 		s := throughput(sock, req, k, *secs)
 		f := throughput(noopSock, req, k, *secs)
 		fmt.Printf("%-10d %12.0f %12.0f %8.2f\n", k, s, f, s/f)
+		s8, f8 = s, f
 	}
 	rssLoad := rss(d.Process.Pid)
-	fmt.Printf("\nsluiced RSS: idle %.1f MiB, after load %.1f MiB (goal idle ≤ 30)\n", float64(rssIdle)/1024, float64(rssLoad)/1024)
+	fmt.Printf("\nsluiced RSS: idle %.1f MiB, after load %.1f MiB (goal ≤ 30)\n", float64(rssIdle)/1024, float64(rssLoad)/1024)
+
+	budget := floor + 50*time.Microsecond
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("\ngoals (one run, %d CPUs, load average at the end %s; one run on a shared machine is noisy)\n\n",
+		runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Printf("| row | measured | goal | |\n| --- | --- | --- | --- |\n")
+	goal := func(row, measured, want string, met bool) {
+		v := "not met"
+		if met {
+			v = "met"
+		}
+		fmt.Printf("| %s | %s | %s | %s |\n", row, measured, want, v)
+	}
+	goal("read_file 4 KiB, p50", fmt.Sprintf("%.0f µs", us(pct(sl, 50))),
+		fmt.Sprintf("≤ the budget, %.0f µs (no-op HTTP floor %.0f + append+fdatasync %.0f + 50)", us(budget), us(pct(nl, 50)), us(pct(sync1, 50))),
+		pct(sl, 50) <= budget)
+	goal("read_file, 8 clients", fmt.Sprintf("%.0f/s = %.2f× the no-op floor (%.0f/s)", s8, s8/f8, f8), "≥ 0.7× the no-op floor", s8/f8 >= 0.7)
+	goal("sluiced RSS after load", fmt.Sprintf("%.1f MiB", float64(rssLoad)/1024), "≤ 30 MiB", rssLoad <= 30*1024)
 }
 
 func noopServer(sock, file string) {

@@ -13,13 +13,13 @@
 // a 10,000-file git tree, through sluice's FUSE view against bwrap
 // --ro-bind of the same tree, interleaved sample by sample. --bin-old DIR
 // adds a second, older sluiced beside them as one more column; --rivals
-// DIR adds codex sandbox and srt (installed from npm under DIR) on the
-// cat, find and git status rows. --all runs the execute rows and the view
+// adds codex sandbox and srt (installed from npm under --rivals-dir) on
+// the cat, find and git status rows. --all runs the execute rows and the view
 // rows. Every run ends with a goals table: each of the Performance issue's
 // goals that the run measured, as the ratio or value the goal is stated
 // in, and whether it was met.
 //
-//	execbench --bin bin [--n 150] [--seconds 5] [--views | --all] [--view-n 30] [--bin-old DIR] [--rivals DIR]
+//	execbench --bin bin [--n 150] [--seconds 5] [--views | --all] [--view-n 30] [--bin-old DIR] [--rivals [--rivals-dir DIR]]
 package main
 
 import (
@@ -54,10 +54,12 @@ func main() {
 	viewsOnly := flag.Bool("views", false, "run only the view rows (the FUSE view against bwrap --ro-bind)")
 	all := flag.Bool("all", false, "run the execute rows and the view rows")
 	viewN := flag.Int("view-n", 30, "samples per view row, per side")
-	rivals := flag.String("rivals", "", "cache dir: also run codex sandbox and srt (npm-installed there) on the view rows' cat, find and git status")
+	rivals := flag.Bool("rivals", false, "also run codex sandbox and srt (installed from npm under --rivals-dir) on the view rows' cat, find and git status")
+	cache, _ := os.UserCacheDir()
+	rivalsDir := flag.String("rivals-dir", filepath.Join(cache, "sluice-bench", "rivals"), "where --rivals installs the rivals")
 	demo := flag.String("demo", "profiles/examples/workspace", "the demo workspace, copied for the unittest row")
 	flag.Parse()
-	views := *viewsOnly || *all || *binOld != "" || *rivals != ""
+	views := *viewsOnly || *all || *binOld != "" || *rivals
 	gap = *space
 	work, err := os.MkdirTemp("/var/tmp", "sluice-execbench")
 	check(err)
@@ -73,7 +75,11 @@ func main() {
 		execRows(work, ws, file, *bin, *n, *secs, *space)
 	}
 	if views {
-		viewRows(work, *binOld, *bin, *demo, *viewN, *space, *rivals)
+		dir := ""
+		if *rivals {
+			dir = *rivalsDir
+		}
+		viewRows(work, *binOld, *bin, *demo, *viewN, *space, dir)
 	}
 	host, _ := os.Hostname()
 	load, _ := os.ReadFile("/proc/loadavg")

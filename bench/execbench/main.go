@@ -147,21 +147,32 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 	methods := []struct {
 		name       string
 		true_, cat func() error
+		tools      [2]string // sluice's tools: after each call, wait for their pools to be full (settle.go)
 	}{
-		{"direct fork/exec", run("/bin/true"), run("cat", file)},
-		{"bwrap --unshare-all", run("bwrap", append(bwrapArgs, "/bin/true")...), run("bwrap", append(bwrapArgs, "cat", file)...)},
-		{"runc run", runc("/bin/true"), runc("cat", file)},
-		{"sluice, warm pool", sluice("true_pool"), sluice("cat_pool")},
-		{"sluice, cold (pool 0)", sluice("true_cold"), sluice("cat_cold")},
+		{"direct fork/exec", run("/bin/true"), run("cat", file), [2]string{}},
+		{"bwrap --unshare-all", run("bwrap", append(bwrapArgs, "/bin/true")...), run("bwrap", append(bwrapArgs, "cat", file)...), [2]string{}},
+		{"runc run", runc("/bin/true"), runc("cat", file), [2]string{}},
+		{"sluice, warm pool", sluice("true_pool"), sluice("cat_pool"), [2]string{"true_pool", "cat_pool"}},
+		{"sluice, cold (pool 0)", sluice("true_cold"), sluice("cat_cold"), [2]string{"true_cold", "cat_cold"}},
 	}
 	// Interleaved: sample i of every method and command runs before
 	// sample i+1 of any, in an order that rotates, so that the machine's
 	// drift lands on all alike.
-	var fns []func() error
+	var fns []timed
 	for _, m := range methods {
-		fns = append(fns, m.true_, m.cat)
+		for k, fn := range []func() error{m.true_, m.cat} {
+			t := timed{run: fn}
+			if tool := m.tools[k]; tool != "" {
+				t.after = func() { dm.settle(tool) }
+			}
+			fns = append(fns, t)
+		}
 	}
+	h0, m0 := dm.poolHits("true_pool")
+	c0, cm0 := dm.poolHits("cat_pool")
 	lat := interleave(fns, n)
+	h1, m1 := dm.poolHits("true_pool")
+	c1, cm1 := dm.poolHits("cat_pool")
 	p50 := map[string][2]time.Duration{}
 	fmt.Printf("\nexecute latency, %d calls each, interleaved, spaced %v apart (ms)\n", n, space)
 	fmt.Printf("%-24s %9s %9s %9s %9s\n", "", "true p50", "true p95", "cat p50", "cat p95")
@@ -169,6 +180,9 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 		t, k := lat[2*i], lat[2*i+1]
 		p50[m.name] = [2]time.Duration{pct(t, 50), pct(k, 50)}
 		fmt.Printf("%-24s %9.2f %9.2f %9.2f %9.2f\n", m.name, ms(pct(t, 50)), ms(pct(t, 95)), ms(pct(k, 50)), ms(pct(k, 95)))
+	}
+	if note := hitNote(h0, m0, h1, m1); note != "" {
+		fmt.Printf("warm pool: true %s, cat %s; sluiced's pools waited for after each call (%d waits gave up)\n", note, hitNote(c0, cm0, c1, cm1), dm.unsettled)
 	}
 	pool, cold := p50["sluice, warm pool"], p50["sluice, cold (pool 0)"]
 	bw, direct, runcP := p50["bwrap --unshare-all"], p50["direct fork/exec"], p50["runc run"]
@@ -258,24 +272,37 @@ func runcBundle(work, ws string) string {
 
 var gap = 40 * time.Millisecond
 
+// timed is one sample's call, and what to do after it, untimed.
+type timed struct {
+	run   func() error
+	after func()
+}
+
 // interleave runs every fn n times (after 3 warm-up calls each), one
 // sample of each in turn with the starting fn rotating, each call followed
-// by a pause of gap, and returns each fn's sorted latencies.
-func interleave(fns []func() error, n int) [][]time.Duration {
+// by its after and a pause of gap, and returns each fn's sorted
+// latencies.
+func interleave(fns []timed, n int) [][]time.Duration {
+	call := func(f timed) time.Duration {
+		t := time.Now()
+		check(f.run())
+		d := time.Since(t)
+		if f.after != nil {
+			f.after()
+		}
+		time.Sleep(gap)
+		return d
+	}
 	for range 3 {
-		for _, fn := range fns {
-			check(fn())
-			time.Sleep(gap)
+		for _, f := range fns {
+			call(f)
 		}
 	}
 	out := make([][]time.Duration, len(fns))
 	for i := range n {
 		for k := range fns {
 			j := (i + k) % len(fns)
-			t := time.Now()
-			check(fns[j]())
-			out[j] = append(out[j], time.Since(t))
-			time.Sleep(gap)
+			out[j] = append(out[j], call(fns[j]))
 		}
 	}
 	for _, s := range out {
@@ -289,10 +316,12 @@ func ms(d time.Duration) float64                 { return float64(d.Microseconds
 
 // daemon is a sluiced started by startDaemon.
 type daemon struct {
-	cmd  *exec.Cmd
-	c    *client.Client
-	sock string
-	once sync.Once
+	cmd         *exec.Cmd
+	c           *client.Client
+	sock        string
+	metricsAddr string // --metrics-listen, or "" (see settle.go)
+	unsettled   int    // settle calls that gave up waiting
+	once        sync.Once
 }
 
 // startDaemon starts bin/sluiced on manifest with its socket, state dir
@@ -300,11 +329,16 @@ type daemon struct {
 // and waits until it answers.
 func startDaemon(bin, manifest, work, tag string) *daemon {
 	sock := filepath.Join(work, tag+"s.sock")
-	cmd := exec.Command(filepath.Join(bin, "sluiced"), "--manifest", manifest, "--socket", sock,
-		"--state-dir", filepath.Join(work, tag+"state"), "--run-dir", filepath.Join(work, tag+"run"), "--log-level", "error")
+	args := []string{"--manifest", manifest, "--socket", sock,
+		"--state-dir", filepath.Join(work, tag+"state"), "--run-dir", filepath.Join(work, tag+"run"), "--log-level", "error"}
+	maddr := metricsAddr(bin)
+	if maddr != "" {
+		args = append(args, "--metrics-listen", maddr)
+	}
+	cmd := exec.Command(filepath.Join(bin, "sluiced"), args...)
 	cmd.Stderr = os.Stderr
 	check(cmd.Start())
-	d := &daemon{cmd: cmd, c: client.New(sock), sock: sock}
+	d := &daemon{cmd: cmd, c: client.New(sock), sock: sock, metricsAddr: maddr}
 	stopDaemons = append(stopDaemons, d.stop)
 	for i := 0; ; i++ {
 		if _, err := d.c.Health(context.Background()); err == nil {

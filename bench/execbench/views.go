@@ -195,7 +195,7 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 			check(fmt.Errorf("v_big: read %q bytes, want %d", strings.TrimSpace(out), bigBytes))
 		}
 		fmt.Printf("%-6s sluiced read %.2f MiB itself while the container read %d MiB through the mount\n",
-			s.name, float64(rchar(s.d)-before)/(1<<20), bigBytes>>20)
+			s.name, float64(max(0, rchar(s.d)-before))/(1<<20), bigBytes>>20) // less than 0 when threads exited
 	}
 
 	counts := map[string]string{}
@@ -250,7 +250,7 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 	if binOld != "" {
 		fmt.Printf(" and an older sluiced (old: %s)", binOld)
 	}
-	fmt.Printf(": %d calls a row and side, interleaved (%s), %v pause after each (ms; cpu = sluiced's own CPU per call)\n",
+	fmt.Printf(": %d calls a row and side, interleaved (%s), %v pause after each (p50/p95 ms)\n",
 		n, strings.Join(names, ", "), space)
 	type stat struct {
 		ok       bool
@@ -258,8 +258,9 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 		cpu      time.Duration
 	}
 	type result struct {
-		row viewRow
-		st  []stat
+		row  viewRow
+		st   []stat
+		hits string // how the view's pooled calls fared
 	}
 	var results []result
 	tStart := time.Now()
@@ -279,6 +280,7 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 				cpu0[i] = cpuTime(sides[i].d)
 			}
 		}
+		h0, m0 := cur.poolHits(r.tool)
 		seq := 0
 		for j := range n + warm {
 			for k := range in {
@@ -294,6 +296,9 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 				t := time.Now()
 				out := s.run(r.tool)
 				d := time.Since(t)
+				if s.d != nil {
+					s.d.settle(r.tool) // untimed: see settle.go
+				}
 				last[i] = time.Now()
 				if r.check != nil {
 					check(r.check(s.name, out))
@@ -304,7 +309,8 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 				time.Sleep(space)
 			}
 		}
-		res := result{row: r, st: make([]stat, len(sides))}
+		h1, m1 := cur.poolHits(r.tool)
+		res := result{row: r, st: make([]stat, len(sides)), hits: hitNote(h0, m0, h1, m1)}
 		for _, i := range in {
 			sort.Slice(lat[i], func(a, b int) bool { return lat[i][a] < lat[i][b] })
 			st := stat{ok: true, p50: pct(lat[i], 50), p95: pct(lat[i], 95)}
@@ -320,9 +326,13 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 				fmt.Printf("  %s %.2f/%.2f", s.name, ms(res.st[i].p50), ms(res.st[i].p95))
 			}
 		}
+		if res.hits != "" && tools[r.tool].pool > 0 {
+			fmt.Printf("  (view: %s)", res.hits)
+		}
 		fmt.Println()
 	}
-	fmt.Printf("(rows took %.0f s)\n", time.Since(tStart).Seconds())
+	fmt.Printf("(rows took %.0f s; after each call to a sluiced, its pool was let refill, untimed: %d waits gave up)\n",
+		time.Since(tStart).Seconds(), cur.unsettled)
 	fmt.Printf("\nfind . | wc -l counts:")
 	for _, s := range sides {
 		if c, ok := counts[s.name]; ok {

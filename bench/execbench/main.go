@@ -319,8 +319,10 @@ type daemon struct {
 	cmd         *exec.Cmd
 	c           *client.Client
 	sock        string
-	metricsAddr string // --metrics-listen, or "" (see settle.go)
-	unsettled   int    // settle calls that gave up waiting
+	metricsAddr string        // --metrics-listen, or "" (see settle.go)
+	unsettled   int           // settle calls that gave up waiting
+	scrapes     int           // metrics read by settle
+	scrapeCPU   time.Duration // the daemon's CPU per metrics read (calibrate)
 	once        sync.Once
 }
 

@@ -22,6 +22,11 @@ import (
 // that is; the refill's cost shows in the 8-client throughput row and in
 // "sluiced CPU/call". A daemon built before --metrics-listen existed (an
 // old --bin-old) is not settled.
+//
+// A scrape costs the daemon about a millisecond of CPU, so settle polls
+// with a backoff (a refill takes tens of milliseconds), counts its
+// scrapes, and cpuCalls takes their cost, measured once per daemon by
+// calibrate, out of "sluiced CPU/call".
 
 // metricsAddr returns a free loopback address for --metrics-listen, or ""
 // if bin's sluiced has no such flag.
@@ -68,9 +73,11 @@ func (d *daemon) settle(tool string) {
 	}
 	label := `{tool="` + tool + `"}`
 	deadline := time.Now().Add(10 * time.Second)
+	wait := 5 * time.Millisecond
 	for {
 		m, err := d.metrics()
 		check(err)
+		d.scrapes++
 		if m["sluice_pool_ready"+label] >= m["sluice_pool_size"+label] {
 			return
 		}
@@ -78,8 +85,30 @@ func (d *daemon) settle(tool string) {
 			d.unsettled++
 			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(wait)
+		wait = min(wait*3/2, 20*time.Millisecond)
 	}
+}
+
+// calibrate measures what one scrape of d's metrics costs d in CPU.
+func (d *daemon) calibrate() {
+	if d.metricsAddr == "" {
+		return
+	}
+	const n = 200
+	t0 := cpuTime(d)
+	for range n {
+		_, err := d.metrics()
+		check(err)
+	}
+	d.scrapeCPU = (cpuTime(d) - t0) / n
+}
+
+// cpuCalls is d's CPU per call since cpu0 and scrapes0 (cpuTime and
+// d.scrapes then), over calls calls, less what settle's scrapes cost.
+func (d *daemon) cpuCalls(cpu0 time.Duration, scrapes0, calls int) time.Duration {
+	used := cpuTime(d) - cpu0 - time.Duration(d.scrapes-scrapes0)*d.scrapeCPU
+	return max(0, used) / time.Duration(calls)
 }
 
 // poolHits is how many of d's calls to tool took a warm container, and

@@ -181,6 +181,15 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 		sides = append(sides, rivalSides(rivals, base, tools)...)
 	}
 	time.Sleep(3 * time.Second) // the daemons' pools fill
+	for _, s := range sides {
+		if s.d != nil {
+			s.d.calibrate()
+			if s.d.scrapeCPU > 0 {
+				fmt.Printf("\n%s: one read of sluiced's metrics costs it %.2f ms of CPU (taken out of its CPU/call)", s.name, ms(s.d.scrapeCPU))
+			}
+		}
+	}
+	fmt.Println()
 
 	fmt.Printf("\nFUSE passthrough on this kernel (internal/fsview mounted here): %s\n", probePassthrough(work))
 	// Who reads the bytes: through binds or a passthrough view, the
@@ -275,9 +284,10 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 		lat := make([][]time.Duration, len(sides))
 		last := make([]time.Time, len(sides))
 		cpu0 := make([]time.Duration, len(sides))
+		scrapes0 := make([]int, len(sides))
 		for _, i := range in {
-			if sides[i].d != nil {
-				cpu0[i] = cpuTime(sides[i].d)
+			if d := sides[i].d; d != nil {
+				cpu0[i], scrapes0[i] = cpuTime(d), d.scrapes
 			}
 		}
 		h0, m0 := cur.poolHits(r.tool)
@@ -314,8 +324,8 @@ func viewRows(work, binOld, binNew, demo string, n int, space time.Duration, riv
 		for _, i := range in {
 			sort.Slice(lat[i], func(a, b int) bool { return lat[i][a] < lat[i][b] })
 			st := stat{ok: true, p50: pct(lat[i], 50), p95: pct(lat[i], 95)}
-			if sides[i].d != nil {
-				st.cpu = (cpuTime(sides[i].d) - cpu0[i]) / time.Duration(n+warm)
+			if d := sides[i].d; d != nil {
+				st.cpu = d.cpuCalls(cpu0[i], scrapes0[i], n+warm)
 			}
 			res.st[i] = st
 		}

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Execute latency and throughput: direct, bwrap, runc, sluice pooled and
-# cold, one run, ratios printed. Installs bubblewrap and runc with apt when
-# missing. Needs root and bin/ (make build).
+# cold, interleaved in one run, ratios printed. Installs bubblewrap and runc
+# with apt when missing. Needs root and bin/ (make build).
 #
-# --bin-old DIR also runs a second sluiced (an older build, e.g. the one
-# that bind-mounted mounts: cd ../old && make build, DIR=../old/bin) beside
-# bin/sluiced and compares the FUSE view with those binds row by row,
-# interleaved; --views runs only that comparison (--view-n samples a row).
+# --views runs instead the view rows: tools on a 10,000-file git tree
+# (find, git status, cat, starts, the demo's tests, and find and git
+# status with the tree changed on the host before each call) through
+# sluice's FUSE view against bwrap --ro-bind of the same tree, interleaved
+# sample by sample (--view-n samples a row). --all runs both. In the view
+# rows, --bin-old DIR adds an older sluiced as one more column (e.g. cd
+# ../old && make build, DIR=../old/bin), and --rivals adds codex sandbox
+# and srt, installed from npm under --rivals-dir (default
+# ~/.cache/sluice-bench/rivals) on first use; srt also needs ripgrep and
+# socat on PATH, and without them it is left out. Every run ends with the
+# goals table of the Performance issue's rows that it measured.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"

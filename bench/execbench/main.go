@@ -5,18 +5,21 @@
 // runc run on an equivalent bundle (same uid, no capabilities,
 // no_new_privs, read-only root, limits and seccomp profile as sluice), (d)
 // through sluice with the warm pool and (e) through sluice cold (pool 0),
-// in one run, and prints a table with ratios. Latency calls are spaced
-// ~40 ms apart so the pool is refilled; throughput is back to back with 8
-// concurrent clients.
+// interleaved sample by sample in one run, and prints a table with
+// ratios. Latency calls are spaced ~40 ms apart so the pool is refilled;
+// throughput is back to back with 8 concurrent clients.
 //
-// With --bin-old DIR it also starts a second sluiced (the previous build,
-// which bind-mounted the workspace and masked never-listed paths at
-// container creation) beside the one in --bin (which serves mounts
-// through a FUSE view), both on the same manifest and workspace, and
-// compares them row by row, interleaved sample by sample (see views.go).
-// --views runs only that comparison.
+// --views runs instead the view rows (see views.go): tools whose mount is
+// a 10,000-file git tree, through sluice's FUSE view against bwrap
+// --ro-bind of the same tree, interleaved sample by sample. --bin-old DIR
+// adds a second, older sluiced beside them as one more column; --rivals
+// adds codex sandbox and srt (installed from npm under --rivals-dir) on
+// the cat, find and git status rows. --all runs the execute rows and the view
+// rows. Every run ends with a goals table: each of the Performance issue's
+// goals that the run measured, as the ratio or value the goal is stated
+// in, and whether it was met.
 //
-//	execbench --bin bin [--n 150] [--seconds 5] [--bin-old DIR [--views] [--view-n 30]]
+//	execbench --bin bin [--n 150] [--seconds 5] [--views | --all] [--view-n 30] [--bin-old DIR] [--rivals [--rivals-dir DIR]]
 package main
 
 import (
@@ -28,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -46,15 +50,16 @@ func main() {
 	n := flag.Int("n", 150, "latency samples per method")
 	secs := flag.Float64("seconds", 5, "seconds of the throughput run")
 	space := flag.Duration("space", 40*time.Millisecond, "pause between latency calls")
-	binOld := flag.String("bin-old", "", "directory holding a second (older) sluiced and sluice-helper: compare its binds with the FUSE view of --bin")
-	viewsOnly := flag.Bool("views", false, "run only the view-against-binds rows (needs --bin-old)")
-	viewN := flag.Int("view-n", 30, "samples per view-against-binds row, per daemon")
+	binOld := flag.String("bin-old", "", "directory holding a second (older) sluiced and sluice-helper: one more column in the view rows")
+	viewsOnly := flag.Bool("views", false, "run only the view rows (the FUSE view against bwrap --ro-bind)")
+	all := flag.Bool("all", false, "run the execute rows and the view rows")
+	viewN := flag.Int("view-n", 30, "samples per view row, per side")
+	rivals := flag.Bool("rivals", false, "also run codex sandbox and srt (installed from npm under --rivals-dir) on the view rows' cat, find and git status")
+	cache, _ := os.UserCacheDir()
+	rivalsDir := flag.String("rivals-dir", filepath.Join(cache, "sluice-bench", "rivals"), "where --rivals installs the rivals")
 	demo := flag.String("demo", "profiles/examples/workspace", "the demo workspace, copied for the unittest row")
 	flag.Parse()
-	if *viewsOnly && *binOld == "" {
-		fmt.Fprintln(os.Stderr, "execbench: --views needs --bin-old DIR")
-		os.Exit(2)
-	}
+	views := *viewsOnly || *all || *binOld != "" || *rivals
 	gap = *space
 	work, err := os.MkdirTemp("/var/tmp", "sluice-execbench")
 	check(err)
@@ -65,12 +70,21 @@ func main() {
 	check(os.MkdirAll(ws, 0o755))
 	file := filepath.Join(ws, "four_k.txt")
 	check(os.WriteFile(file, bytes.Repeat([]byte("0123456789abcde\n"), 256), 0o644))
+	t0 := time.Now()
 	if !*viewsOnly {
 		execRows(work, ws, file, *bin, *n, *secs, *space)
 	}
-	if *binOld != "" {
-		viewRows(work, *binOld, *bin, *demo, *viewN, *space)
+	if views {
+		dir := ""
+		if *rivals {
+			dir = *rivalsDir
+		}
+		viewRows(work, *binOld, *bin, *demo, *viewN, *space, dir)
 	}
+	host, _ := os.Hostname()
+	load, _ := os.ReadFile("/proc/loadavg")
+	printGoals(fmt.Sprintf("one run on %s, %d CPUs, %.0f s, load average at the end %s; one run on a shared machine is noisy",
+		host, runtime.NumCPU(), time.Since(t0).Seconds(), strings.Join(strings.Fields(string(load))[:3], " ")))
 }
 
 // execRows is the original comparison: direct, bwrap, runc, sluice pooled
@@ -133,30 +147,54 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 	methods := []struct {
 		name       string
 		true_, cat func() error
+		tools      [2]string // sluice's tools: after each call, wait for their pools to be full (settle.go)
 	}{
-		{"direct fork/exec", run("/bin/true"), run("cat", file)},
-		{"bwrap --unshare-all", run("bwrap", append(bwrapArgs, "/bin/true")...), run("bwrap", append(bwrapArgs, "cat", file)...)},
-		{"runc run", runc("/bin/true"), runc("cat", file)},
-		{"sluice, warm pool", sluice("true_pool"), sluice("cat_pool")},
-		{"sluice, cold (pool 0)", sluice("true_cold"), sluice("cat_cold")},
+		{"direct fork/exec", run("/bin/true"), run("cat", file), [2]string{}},
+		{"bwrap --unshare-all", run("bwrap", append(bwrapArgs, "/bin/true")...), run("bwrap", append(bwrapArgs, "cat", file)...), [2]string{}},
+		{"runc run", runc("/bin/true"), runc("cat", file), [2]string{}},
+		{"sluice, warm pool", sluice("true_pool"), sluice("cat_pool"), [2]string{"true_pool", "cat_pool"}},
+		{"sluice, cold (pool 0)", sluice("true_cold"), sluice("cat_cold"), [2]string{"true_cold", "cat_cold"}},
 	}
-	p50 := map[string]time.Duration{}
-	fmt.Printf("\nexecute latency, %d calls each, spaced %v apart (ms)\n", n, space)
-	fmt.Printf("%-24s %9s %9s %9s %9s\n", "", "true p50", "true p95", "cat p50", "cat p95")
+	// Interleaved: sample i of every method and command runs before
+	// sample i+1 of any, in an order that rotates, so that the machine's
+	// drift lands on all alike.
+	var fns []timed
 	for _, m := range methods {
-		t := spaced(m.true_, n)
-		k := spaced(m.cat, n)
-		p50[m.name] = pct(t, 50)
+		for k, fn := range []func() error{m.true_, m.cat} {
+			t := timed{run: fn}
+			if tool := m.tools[k]; tool != "" {
+				t.after = func() { dm.settle(tool) }
+			}
+			fns = append(fns, t)
+		}
+	}
+	h0, m0 := dm.poolHits("true_pool")
+	c0, cm0 := dm.poolHits("cat_pool")
+	lat := interleave(fns, n)
+	h1, m1 := dm.poolHits("true_pool")
+	c1, cm1 := dm.poolHits("cat_pool")
+	p50 := map[string][2]time.Duration{}
+	fmt.Printf("\nexecute latency, %d calls each, interleaved, spaced %v apart (ms)\n", n, space)
+	fmt.Printf("%-24s %9s %9s %9s %9s\n", "", "true p50", "true p95", "cat p50", "cat p95")
+	for i, m := range methods {
+		t, k := lat[2*i], lat[2*i+1]
+		p50[m.name] = [2]time.Duration{pct(t, 50), pct(k, 50)}
 		fmt.Printf("%-24s %9.2f %9.2f %9.2f %9.2f\n", m.name, ms(pct(t, 50)), ms(pct(t, 95)), ms(pct(k, 50)), ms(pct(k, 95)))
 	}
+	if note := hitNote(h0, m0, h1, m1); note != "" {
+		fmt.Printf("warm pool: true %s, cat %s; sluiced's pools waited for after each call (%d waits gave up)\n", note, hitNote(c0, cm0, c1, cm1), dm.unsettled)
+	}
 	pool, cold := p50["sluice, warm pool"], p50["sluice, cold (pool 0)"]
-	fmt.Printf("\npooled p50 / bwrap p50  = %.2f (goal ≤ 0.5)\n", float64(pool)/float64(p50["bwrap --unshare-all"]))
-	fmt.Printf("pooled p50 / direct p50 = %.2f (goal ≤ 2.5)\n", float64(pool)/float64(p50["direct fork/exec"]))
-	fmt.Printf("cold p50 / runc p50     = %.2f (goal ≤ 0.8)\n", float64(cold)/float64(p50["runc run"]))
+	bw, direct, runcP := p50["bwrap --unshare-all"], p50["direct fork/exec"], p50["runc run"]
+	ratioGoal("one cat of a 4 KiB file, pooled, p50", pool[1], bw[1], "bwrap", 0.5)
+	ratioGoal("execute /bin/true, pooled, p50", pool[0], bw[0], "bwrap", 0.4)
+	ratioGoal("execute /bin/true, pooled, p50", pool[0], direct[0], "direct fork/exec", 2)
+	ratioGoal("execute /bin/true, cold (pool 0), p50", cold[0], runcP[0], "runc run", 0.5)
+	infoRow("cat, cold (pool 0), p50", fmt.Sprintf("%.2f× runc run (%.2f ms vs %.2f ms)", float64(cold[1])/float64(runcP[1]), ms(cold[1]), ms(runcP[1])))
 
 	// throughput: 8 clients back to back; then the refill rate bounds it
 	var mu sync.Mutex
-	var lat []time.Duration
+	var tput []time.Duration
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	for range 8 {
@@ -172,15 +210,18 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 					check(fmt.Errorf("throughput call: %v %+v", err, res))
 				}
 				mu.Lock()
-				lat = append(lat, time.Since(t))
+				tput = append(tput, time.Since(t))
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	fmt.Printf("\nsustained, 8 concurrent clients, /bin/true for %.0f s: %.0f calls/s, p50 %.1f ms, p95 %.1f ms (goal ≥ 100 calls/s, p95 ≤ 50 ms)\n",
-		secs, float64(len(lat))/secs, ms(pct(lat, 50)), ms(pct(lat, 95)))
+	sort.Slice(tput, func(i, j int) bool { return tput[i] < tput[j] })
+	rate, p95 := float64(len(tput))/secs, pct(tput, 95)
+	fmt.Printf("\nsustained, 8 concurrent clients, /bin/true for %.0f s: %.0f calls/s, p50 %.1f ms, p95 %.1f ms\n",
+		secs, rate, ms(pct(tput, 50)), ms(p95))
+	addGoal("execute /bin/true, 8 clients back to back", fmt.Sprintf("%.0f calls/s", rate), "≥ 120 calls/s", rate >= 120)
+	addGoal("execute /bin/true, 8 clients back to back, p95", fmt.Sprintf("%.1f ms", ms(p95)), "≤ 100 ms", p95 <= 100*time.Millisecond)
 }
 
 // runcBundle writes an OCI bundle equivalent to sluice's container: the
@@ -231,19 +272,42 @@ func runcBundle(work, ws string) string {
 
 var gap = 40 * time.Millisecond
 
-func spaced(fn func() error, n int) []time.Duration {
-	for range 3 { // warm up
-		check(fn())
-		time.Sleep(gap)
-	}
-	out := make([]time.Duration, 0, n)
-	for range n {
+// timed is one sample's call, and what to do after it, untimed.
+type timed struct {
+	run   func() error
+	after func()
+}
+
+// interleave runs every fn n times (after 3 warm-up calls each), one
+// sample of each in turn with the starting fn rotating, each call followed
+// by its after and a pause of gap, and returns each fn's sorted
+// latencies.
+func interleave(fns []timed, n int) [][]time.Duration {
+	call := func(f timed) time.Duration {
 		t := time.Now()
-		check(fn())
-		out = append(out, time.Since(t))
+		check(f.run())
+		d := time.Since(t)
+		if f.after != nil {
+			f.after()
+		}
 		time.Sleep(gap)
+		return d
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	for range 3 {
+		for _, f := range fns {
+			call(f)
+		}
+	}
+	out := make([][]time.Duration, len(fns))
+	for i := range n {
+		for k := range fns {
+			j := (i + k) % len(fns)
+			out[j] = append(out[j], call(fns[j]))
+		}
+	}
+	for _, s := range out {
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	}
 	return out
 }
 
@@ -252,10 +316,14 @@ func ms(d time.Duration) float64                 { return float64(d.Microseconds
 
 // daemon is a sluiced started by startDaemon.
 type daemon struct {
-	cmd  *exec.Cmd
-	c    *client.Client
-	sock string
-	once sync.Once
+	cmd         *exec.Cmd
+	c           *client.Client
+	sock        string
+	metricsAddr string        // --metrics-listen, or "" (see settle.go)
+	unsettled   int           // settle calls that gave up waiting
+	scrapes     int           // metrics read by settle
+	scrapeCPU   time.Duration // the daemon's CPU per metrics read (calibrate)
+	once        sync.Once
 }
 
 // startDaemon starts bin/sluiced on manifest with its socket, state dir
@@ -263,11 +331,16 @@ type daemon struct {
 // and waits until it answers.
 func startDaemon(bin, manifest, work, tag string) *daemon {
 	sock := filepath.Join(work, tag+"s.sock")
-	cmd := exec.Command(filepath.Join(bin, "sluiced"), "--manifest", manifest, "--socket", sock,
-		"--state-dir", filepath.Join(work, tag+"state"), "--run-dir", filepath.Join(work, tag+"run"), "--log-level", "error")
+	args := []string{"--manifest", manifest, "--socket", sock,
+		"--state-dir", filepath.Join(work, tag+"state"), "--run-dir", filepath.Join(work, tag+"run"), "--log-level", "error"}
+	maddr := metricsAddr(bin)
+	if maddr != "" {
+		args = append(args, "--metrics-listen", maddr)
+	}
+	cmd := exec.Command(filepath.Join(bin, "sluiced"), args...)
 	cmd.Stderr = os.Stderr
 	check(cmd.Start())
-	d := &daemon{cmd: cmd, c: client.New(sock), sock: sock}
+	d := &daemon{cmd: cmd, c: client.New(sock), sock: sock, metricsAddr: maddr}
 	stopDaemons = append(stopDaemons, d.stop)
 	for i := 0; ; i++ {
 		if _, err := d.c.Health(context.Background()); err == nil {

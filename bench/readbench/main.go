@@ -4,7 +4,9 @@
 // over its unix socket against, in the same run: the transport floor (a
 // no-op HTTP server on a unix socket, in its own process, answering the
 // same body), the durability floor (one append+fdatasync in the state
-// dir), and spawning cat. It prints a table with ratios.
+// dir), and spawning cat. It prints a table with ratios, then the goals
+// table: each of the Performance issue's read-path goals, as the value or
+// ratio it is stated in, and whether this run met it.
 //
 //	readbench --bin bin [--base DIR] [--n 3000] [--seconds 5] [--clients 1,2,4,8]
 //
@@ -24,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -186,6 +189,7 @@ func main() {
 		fmt.Printf(" %9s", "base/noop")
 	}
 	fmt.Println()
+	var s8, f8 float64 // the largest client count's rates, for the goals
 	for _, k := range clientCounts {
 		var rates, cpus []float64
 		for _, sd := range daemons {
@@ -193,6 +197,7 @@ func main() {
 			rates, cpus = append(rates, r), append(cpus, cpu)
 		}
 		f, fcpu := throughput(noopSock, nsrv.Process.Pid, req, k, *secs)
+		s8, f8 = rates[0], f
 		fmt.Printf("%-8d %9.0f %7.0f", k, rates[0], cpus[0])
 		if len(daemons) > 1 {
 			fmt.Printf(" %9.0f %7.0f", rates[1], cpus[1])
@@ -205,6 +210,23 @@ func main() {
 	}
 	rssLoad := rss(daemons[0].cmd.Process.Pid)
 	fmt.Printf("\nsluiced RSS: idle %.1f MiB, after load %.1f MiB (goal idle ≤ 30)\n", float64(rssIdle)/1024, float64(rssLoad)/1024)
+
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("\ngoals (one run, %d CPUs, load average at the end %s; one run on a shared machine is noisy)\n\n",
+		runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Printf("| row | measured | goal | |\n| --- | --- | --- | --- |\n")
+	goal := func(row, measured, want string, met bool) {
+		v := "not met"
+		if met {
+			v = "met"
+		}
+		fmt.Printf("| %s | %s | %s | %s |\n", row, measured, want, v)
+	}
+	goal("read_file 4 KiB, p50", fmt.Sprintf("%.0f µs", us(pct(sl, 50))),
+		fmt.Sprintf("≤ the budget, %.0f µs (no-op HTTP floor %.0f + append+fdatasync %.0f + 50)", us(budget), us(pct(nl, 50)), us(pct(sync1, 50))),
+		pct(sl, 50) <= budget)
+	goal(fmt.Sprintf("read_file, %d clients", clientCounts[len(clientCounts)-1]), fmt.Sprintf("%.0f/s = %.2f× the no-op floor (%.0f/s)", s8, s8/f8, f8), "≥ 0.7× the no-op floor", s8/f8 >= 0.7)
+	goal("sluiced RSS after load", fmt.Sprintf("%.1f MiB", float64(rssLoad)/1024), "≤ 30 MiB", rssLoad <= 30*1024)
 }
 
 func noopServer(sock, file string) {

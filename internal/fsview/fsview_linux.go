@@ -121,7 +121,10 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 	if opt.CacheTimeout <= 0 {
 		opt.CacheTimeout = DefaultCacheTimeout
 	}
-	neg := time.Duration(0)
+	// A name found missing in a watched directory is cached as missing:
+	// its creation is an event that drops it (node.Lookup marks the others
+	// uncached). git status looks up a .gitignore in every directory.
+	neg := opt.CacheTimeout
 	if opt.MaxOpen <= 0 {
 		opt.MaxOpen = DefaultMaxOpen
 	}
@@ -410,18 +413,31 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	n.v.stats.lookups.Add(1)
 	if name == "" || name == "." || name == ".." || len(name) > 255 {
+		out.SetEntryTimeout(uncached)
 		return nil, syscall.ENOENT
 	}
-	if !n.v.w.watched(loc{n.m, n.rel}) {
+	watched := n.v.w.watched(loc{n.m, n.rel})
+	if !watched {
 		// Watch this directory before anything of it is handed out, so
 		// no change after this point goes unreported.
 		if h, errno := n.resolve(); errno == 0 {
-			n.watch(h)
+			watched = n.watch(h)
 			h.Close()
 		}
 	}
-	return n.entry(ctx, &n.Inode, &node{v: n.v, hide: n.hide, m: n.m, rel: join(n.rel, name)}, out)
+	in, errno := n.entry(ctx, &n.Inode, &node{v: n.v, hide: n.hide, m: n.m, rel: join(n.rel, name)}, out)
+	if errno == syscall.ENOENT && !watched {
+		// Missing here, where a creation would go unreported: answered
+		// as an error, which the kernel does not keep (go-fuse caches a
+		// miss, for NegativeTimeout, only when no timeout was set).
+		out.SetEntryTimeout(uncached)
+	}
+	return in, errno
 }
+
+// uncached is the entry timeout that makes a miss an error reply the
+// kernel does not cache.
+const uncached = time.Nanosecond
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	if errno := n.v.allowed(ctx); errno != 0 {

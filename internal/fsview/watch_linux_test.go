@@ -340,3 +340,41 @@ func TestOverflowAndSavesKeepTopEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestMissCachedUntilCreated: a name looked up and found missing in a
+// watched directory is kept missing by the kernel (git status asks for a
+// .gitignore in every directory, every run) until the host creates it;
+// then it shows as soon as Sync returns. Where nothing watches, a miss
+// is asked again every time.
+func TestMissCachedUntilCreated(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	missing := f.in("src/.gitignore")
+	absent(t, missing)
+	s0 := f.v.Stats()
+	for range 5 {
+		absent(t, missing)
+	}
+	if d := since(s0, f.v.Stats()); d.Lookups != 0 {
+		t.Errorf("a miss in a watched directory was looked up %d more times", d.Lookups)
+	}
+	write(t, filepath.Join(f.ws, "src", ".gitignore"), "*.o\n")
+	f.v.Sync()
+	if b, err := os.ReadFile(missing); err != nil || string(b) != "*.o\n" {
+		t.Errorf("created after a cached miss: %q %v", b, err)
+	}
+	// A hidden name stays hidden, cached or not.
+	absent(t, f.in("src/id.pem"))
+	write(t, filepath.Join(f.ws, "src", "id.pem"), "SLUICE-SECRET-PEM\n")
+	f.v.Sync()
+	absent(t, f.in("src/id.pem"))
+
+	f.v.w.add = func(int, string, uint32) (int, error) { return -1, unix.ENOSPC }
+	testutil.Must(t, os.MkdirAll(filepath.Join(f.ws, "unwatched"), 0o755))
+	f.v.Sync()
+	absent(t, f.in("unwatched/x"))
+	s1 := f.v.Stats()
+	absent(t, f.in("unwatched/x"))
+	if d := since(s1, f.v.Stats()); d.Lookups == 0 {
+		t.Error("a miss in an unwatched directory was answered from a cache")
+	}
+}

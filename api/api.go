@@ -37,10 +37,14 @@ const (
 	ReasonNotADirectory       Reason = "not_a_directory"
 	ReasonUnsupportedFileType Reason = "unsupported_file_type"
 	ReasonCommandNotAllowed   Reason = "command_not_allowed"
-	ReasonApprovalRequired    Reason = "approval_required"
-	ReasonApprovalDenied      Reason = "approval_denied"
-	ReasonApprovalExpired     Reason = "approval_expired"
-	ReasonTaskCancelled       Reason = "task_cancelled"
+	// ReasonEgressDenied: a fetch's or post's URL (scheme, host, port, a
+	// URL trick), a header, or the address its name resolved to is not
+	// allowed; also a redirect to such a URL (nothing was sent there).
+	ReasonEgressDenied     Reason = "egress_denied"
+	ReasonApprovalRequired Reason = "approval_required"
+	ReasonApprovalDenied   Reason = "approval_denied"
+	ReasonApprovalExpired  Reason = "approval_expired"
+	ReasonTaskCancelled    Reason = "task_cancelled"
 	// ReasonCancelled: the call itself was cancelled (POST
 	// /v1/calls/{id}/cancel, e.g. sluice mcp on notifications/cancelled)
 	// or its client went away: a running command is killed, a parked
@@ -61,7 +65,10 @@ const (
 	ReasonNotDurable Reason = "not_durable"
 	// ReasonKilled: a process outside sluice killed the command's container
 	// (the result carries the signal); it did not exit by itself.
-	ReasonKilled        Reason = "killed"
+	ReasonKilled Reason = "killed"
+	// ReasonUpstreamError: an allowed fetch or post failed on the way:
+	// the name did not resolve, the connection or TLS failed, it timed out.
+	ReasonUpstreamError Reason = "upstream_error"
 	ReasonInternalError Reason = "internal_error"
 	// ReasonUnavailable is what an opaque manifest (deny_detail "opaque")
 	// shows a denied caller instead of the real reason.
@@ -89,6 +96,8 @@ const (
 	OpWrite   Operation = "write"
 	OpDelete  Operation = "delete"
 	OpExecute Operation = "execute"
+	OpFetch   Operation = "fetch" // performed by the daemon: GET or HEAD of an allowed URL
+	OpPost    Operation = "post"  // performed by the daemon: a JSON body to an allowed webhook
 )
 
 // WriteMode is how a write may treat the file at its path.
@@ -165,6 +174,22 @@ type ExecArgs struct {
 	Argv []string `json:"argv,omitempty"`
 }
 
+// FetchArgs are the args of fetch tools.
+type FetchArgs struct {
+	URL *string `json:"url"`
+	// Method is GET (the default) or HEAD.
+	Method string `json:"method,omitempty"`
+	// Headers are request headers: only those the tool's allowed_headers
+	// names (Accept by default).
+	Headers map[string]string `json:"headers,omitempty"`
+}
+
+// PostArgs are the args of post tools: a JSON body for a webhook.
+type PostArgs struct {
+	URL  *string         `json:"url"`
+	Body json.RawMessage `json:"body"`
+}
+
 // CallResult is the response to a decided call, allowed or denied. Output is
 // untrusted data: it is whatever the file or command produced.
 type CallResult struct {
@@ -191,6 +216,9 @@ type CallResult struct {
 	// Signal names the signal that ended a command killed from outside
 	// sluice (reason killed), e.g. "SIGKILL".
 	Signal string `json:"signal,omitempty"`
+	// HTTPStatus and ContentType are a fetch's or post's response's.
+	HTTPStatus  int    `json:"http_status,omitempty"`
+	ContentType string `json:"content_type,omitempty"`
 }
 
 // OpaqueDenial is what a caller sees of a denial under deny_detail "opaque".
@@ -334,6 +362,10 @@ type ApprovalChange struct {
 	New *FileState `json:"new,omitempty"`
 	// Argv is what an execute call would run.
 	Argv []string `json:"argv,omitempty"`
+	// URL and Body are what a post would send, and where (the body as
+	// the agent gave it; the ledger keeps only its digest).
+	URL  string          `json:"url,omitempty"`
+	Body json.RawMessage `json:"body,omitempty"`
 }
 
 // FileState is a file's size and content digest (no digest for a file

@@ -61,7 +61,7 @@ func TestManifestErrors(t *testing.T) {
 		{`{"schema_version":1,"TOOLS":{"r":{"operation":"read","roots":["a"]}}}`, `TOOLS`},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"]}}} {}`, "trailing"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"]}}`, "not valid JSON"},
-		{`{"schema_version":1,"tools":{"r":{"operation":"fetch","roots":["a"]}}}`, "tools.r.operation"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"teleport","roots":["a"]}}}`, "tools.r.operation"},
 		{`{"schema_version":1,"tools":{"r":{"roots":["a"]}}}`, "tools.r.operation"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read"}}}`, "tools.r.roots"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a","../x"]}}}`, "tools.r.roots[1]"},

@@ -235,9 +235,13 @@ type Resource struct {
 	// recorded resolution to a root of another manifest by it.
 	RootPath string   `json:"root_path,omitempty"`
 	Outcome  string   `json:"outcome"`
-	Path     string   `json:"path,omitempty"` // absolute, as the kernel names the opened fd
+	Path     string   `json:"path,omitempty"` // absolute, as the kernel names the opened fd; a fetch's or post's URL
 	Rel      string   `json:"rel,omitempty"`  // resolved path relative to the root
 	Kind     api.Kind `json:"kind,omitempty"`
+	// Addrs is what a fetch's or post's host resolved to, looked up once:
+	// the decision checks every address, and the request goes to the
+	// first (docs/egress.md).
+	Addrs []string `json:"addrs,omitempty"`
 }
 
 // Request is an already-parsed, already-resolved call.
@@ -255,6 +259,11 @@ type Request struct {
 	Mode api.WriteMode
 	// ContentBytes is a write's content length, capped by max_bytes.
 	ContentBytes int64
+	// URL is a fetch's or post's args.url; Headers a fetch's request
+	// headers; BodyBytes a post's body length.
+	URL       *string
+	Headers   map[string]string
+	BodyBytes int64
 	// Approved: an approver approved this very call (after it was
 	// pending). It is decided again, and approval no longer holds it.
 	Approved bool

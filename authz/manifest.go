@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/strictjson"
 )
 
@@ -94,10 +95,24 @@ type Tool struct {
 	// Mode is which write modes calls may use: create, overwrite or
 	// create_or_overwrite (all; the default).
 	Mode api.WriteMode `json:"mode,omitempty" toml:"mode"`
+	// Hosts, Schemes, MaxRedirects, AllowedHeaders and
+	// InsecureAllowPrivate are a fetch tool's (docs/egress.md); Webhooks
+	// and MaxRequestBytes a post tool's (with Schemes and
+	// InsecureAllowPrivate). timeout_ms bounds a whole fetch or post.
+	Hosts                []string `json:"hosts,omitempty" toml:"hosts"`
+	Schemes              []string `json:"schemes,omitempty" toml:"schemes"`
+	MaxRedirects         *int     `json:"max_redirects,omitempty" toml:"max_redirects"`
+	AllowedHeaders       []string `json:"allowed_headers,omitempty" toml:"allowed_headers"`
+	InsecureAllowPrivate bool     `json:"insecure_allow_private,omitempty" toml:"insecure_allow_private"`
+	Webhooks             []string `json:"webhooks,omitempty" toml:"webhooks"`
+	MaxRequestBytes      int64    `json:"max_request_bytes,omitempty" toml:"max_request_bytes"`
 	// FileMode is the octal permission of files a write creates ("0644").
 	FileMode string `json:"file_mode,omitempty" toml:"file_mode"`
 
 	idx *toolIndex // built by Parse; see index.go
+	// net is a fetch or post tool's network policy, built by its
+	// validator (netpolicy.NewPolicy), so a bad entry is a manifest error.
+	net *netpolicy.Policy
 }
 
 // EffectiveMaxBytes is max_bytes with its default applied.

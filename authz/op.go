@@ -53,10 +53,11 @@ const (
 	ResolveNone     Resolve = iota // execute: mounts were resolved at load
 	ResolveExisting                // read, list: the path must exist
 	ResolveParent                  // write, delete: the parent dir and a final name
+	ResolveNet                     // fetch, post: the URL's host, looked up once
 )
 
 // ops is the one table of operations, in the order messages name them.
-var ops = []*Op{&opRead, &opList, &opWrite, &opDelete, &opExecute}
+var ops = []*Op{&opRead, &opList, &opWrite, &opDelete, &opExecute, &opFetch, &opPost}
 
 // LookupOp returns the operation named op, or nil.
 func LookupOp(op api.Operation) *Op {
@@ -91,6 +92,13 @@ type Args struct {
 	ContentBytes int64
 	// IfMatch is a write's or delete's precondition.
 	IfMatch string
+	// URL, Method and Headers are a fetch's; URL and Body a post's
+	// (BodyBytes its length, what the decision and replay see).
+	URL       *string
+	Method    string
+	Headers   map[string]string
+	Body      []byte
+	BodyBytes int64
 	// Invalid is set when the args fit the schema's types but not its
 	// rules (a required key missing, both content forms given).
 	Invalid string
@@ -102,7 +110,8 @@ type Args struct {
 // depends on (the body and the precondition do not).
 func (a *Args) Request(principal, tool string) Request {
 	return Request{Principal: principal, Tool: tool, Path: a.Path, Argv: a.Argv,
-		ArgsError: a.Invalid, Mode: a.Mode, ContentBytes: a.ContentBytes}
+		ArgsError: a.Invalid, Mode: a.Mode, ContentBytes: a.ContentBytes,
+		URL: a.URL, Headers: a.Headers, BodyBytes: a.BodyBytes}
 }
 
 // TypeError is args that do not fit their schema's types: the caller's
@@ -256,6 +265,9 @@ func keyIsSet(t *Tool) []struct {
 		{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"},
 		{t.MaxOpenFiles != 0, "max_open_files"},
 		{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"},
+		{len(t.Hosts) > 0, "hosts"}, {len(t.Schemes) > 0, "schemes"}, {t.MaxRedirects != nil, "max_redirects"},
+		{t.AllowedHeaders != nil, "allowed_headers"}, {t.InsecureAllowPrivate, "insecure_allow_private"},
+		{len(t.Webhooks) > 0, "webhooks"}, {t.MaxRequestBytes != 0, "max_request_bytes"},
 	}
 }
 

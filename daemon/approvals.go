@@ -51,7 +51,7 @@ type parkedView struct {
 	callID, principal, tool, task string
 	args                          json.RawMessage
 	t                             *authz.Tool
-	path                          string
+	path, url                     string
 	argv                          []string
 	res                           *authz.Resource
 }
@@ -175,8 +175,8 @@ func (c *call) awaitApproval(em emitter) bool {
 	}
 	defer c.d.approvals.spill.remove(sp)
 	pk.sp = sp
-	if c.op != nil && c.tool.Operation == api.OpWrite {
-		pk.content = sha256Of(c.content)
+	if b, ok := c.boundContent(); ok {
+		pk.content = sha256Of(b)
 	}
 	c.approvalID = id
 	seq, err := c.auditDecision()
@@ -194,6 +194,9 @@ func (c *call) awaitApproval(em emitter) bool {
 		t: c.tool, argv: c.areq.Argv}
 	if c.areq.Path != nil {
 		pk.shown.path = *c.areq.Path
+	}
+	if c.areq.URL != nil {
+		pk.shown.url = *c.areq.URL
 	}
 	if c.dec.Resource != nil {
 		r := *c.dec.Resource
@@ -252,8 +255,8 @@ func (c *call) awaitApproval(em emitter) bool {
 		return false
 	}
 	dc, err := decodeCall(c.p.m, body)
-	if err == nil && pk.content != "" && dc.tool != nil && dc.tool.Operation == api.OpWrite && sha256Of(dc.content) != pk.content {
-		c.d.log.Error("approved write's content is not the approved content; denying", "call_id", c.id)
+	if b, ok := dc.boundContent(); err == nil && pk.content != "" && ok && sha256Of(b) != pk.content {
+		c.d.log.Error("approved call's content is not the approved content; denying", "call_id", c.id)
 		c.dec = authz.Decision{Reason: api.ReasonInternalError, Rule: "tools." + c.req.Tool + ".approval"}
 		c.finishDecided(em)
 		return false
@@ -279,7 +282,23 @@ func (c *call) awaitApproval(em emitter) bool {
 // small: the recorded args (no file bodies; at most 8 KiB), the path, an
 // execute call's argv (one of the manifest's commands) and the decision.
 func (c *call) dropBody() {
-	c.body, c.req.Args, c.content = nil, nil, nil
+	c.body, c.req.Args, c.content, c.postBody = nil, nil, nil, nil
+}
+
+// boundContent is what an approval binds a call to: a write's content or
+// a post's body (the approver saw it; the approved call must carry the
+// same bytes).
+func (dc *decoded) boundContent() ([]byte, bool) {
+	if dc.tool == nil {
+		return nil, false
+	}
+	switch dc.tool.Operation {
+	case api.OpWrite:
+		return dc.content, true
+	case api.OpPost:
+		return dc.postBody, true
+	}
+	return nil, false
 }
 
 // denyAfterApproval ends a parked call with a final denial.

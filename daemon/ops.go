@@ -24,6 +24,8 @@ var operations = map[api.Operation]*opSpec{
 	api.OpWrite:   {exec: execWrite},
 	api.OpDelete:  {exec: execDelete},
 	api.OpExecute: {exec: func(c *call, onChunk func(string, []byte)) *outcome { return c.runExec(onChunk) }},
+	api.OpFetch:   {exec: execFetch},
+	api.OpPost:    {exec: execPost},
 }
 
 func init() {

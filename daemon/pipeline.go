@@ -213,6 +213,12 @@ type outcome struct {
 	size   int64
 
 	durable *bool // set when a write or delete committed: false when the directory fsync failed
+
+	// A fetch's or post's response, and where the request went (the
+	// record keeps no body).
+	httpStatus  int
+	contentType string
+	egress      *audit.Egress
 }
 
 func (c *call) principalRecord() *audit.Principal {
@@ -255,6 +261,7 @@ func (c *call) auditResult(o *outcome) (uint64, error) {
 		Tool: c.req.Tool, Verdict: c.dec.WireVerdict(), Reason: o.reason, PolicyVersion: c.p.m.Version,
 		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated,
 			DurationMS: c.elapsedMS(), ExitCode: o.exitCode, SHA256: o.digest, Size: o.size, Durable: o.durable, Signal: o.signal},
+		Egress: o.egress,
 	}
 	var ce *cancelError
 	if o.reason == api.ReasonCancelled && errors.As(context.Cause(c.ctx), &ce) {

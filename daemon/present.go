@@ -36,7 +36,8 @@ func (c *call) present(o *outcome) api.CallResult {
 		res.SHA256, res.Durable = o.digest, o.durable
 		res.Bytes = int64(len(o.output))
 		res.Signal = o.signal
-		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil || o.signal != "") {
+		res.HTTPStatus, res.ContentType = o.httpStatus, o.contentType
+		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil || o.signal != "" || o.httpStatus != 0) {
 			setOutput(&res, o.output)
 			res.Stderr = validStderr(o.stderr)
 		}

@@ -43,8 +43,10 @@ type decoded struct {
 	argsRecord json.RawMessage
 
 	// Typed args of the operations that need more than areq carries.
-	content []byte // write: the body
-	ifMatch string // write, delete
+	content  []byte // write: the body
+	ifMatch  string // write, delete
+	method   string // fetch: GET or HEAD
+	postBody []byte // post: the JSON body
 }
 
 // decodeCall parses a /v1/calls body under manifest m. Type errors and
@@ -100,6 +102,7 @@ func decodeCall(m *authz.Manifest, body []byte) (*decoded, error) {
 	}
 	dc.areq = a.Request("", dc.req.Tool)
 	dc.content, dc.ifMatch, dc.argsRecord = a.Content, a.IfMatch, a.Record
+	dc.method, dc.postBody = a.Method, a.Body
 	return dc, nil
 }
 

@@ -15,8 +15,15 @@ import (
 // kernel beneath each root it lies under.
 func (c *call) resolve() {
 	t := c.tool
-	if t == nil || c.op == nil || c.op.Resolve == authz.ResolveNone || c.areq.Path == nil || c.areq.ArgsError != "" ||
-		!c.p.m.MayCall(c.areq.Principal, c.req.Tool) || authz.CheckPath(*c.areq.Path) != "" {
+	if t == nil || c.op == nil || c.op.Resolve == authz.ResolveNone || c.areq.ArgsError != "" ||
+		!c.p.m.MayCall(c.areq.Principal, c.req.Tool) {
+		return
+	}
+	if c.op.Resolve == authz.ResolveNet {
+		c.resolveNet()
+		return
+	}
+	if c.areq.Path == nil || authz.CheckPath(*c.areq.Path) != "" {
 		return
 	}
 	matches := authz.MatchRoots(t, *c.areq.Path)

@@ -45,6 +45,12 @@ func (d *Daemon) approvalChange(ctx context.Context, p *policy, pk *parked) *api
 	case api.OpDelete:
 		cur, _, _ := d.currentFile(ctx, p, v)
 		return &api.ApprovalChange{Current: cur}
+	case api.OpPost:
+		body, ok := d.parkedContent(pk)
+		if !ok {
+			return nil
+		}
+		return &api.ApprovalChange{URL: v.url, Body: body, New: &api.FileState{Size: int64(len(body)), SHA256: pk.content}}
 	case api.OpWrite:
 	default:
 		return nil
@@ -76,8 +82,8 @@ func (d *Daemon) approvalChange(ctx context.Context, p *policy, pk *parked) *api
 
 func isText(b []byte) bool { return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0 }
 
-// parkedContent reads a parked write's content back from its spill and
-// checks it against the digest the call carries.
+// parkedContent reads a parked write's content (or a post's body) back
+// from its spill and checks it against the digest the call carries.
 func (d *Daemon) parkedContent(pk *parked) ([]byte, bool) {
 	if pk.sp == nil || pk.content == "" {
 		return nil, false
@@ -92,8 +98,9 @@ func (d *Daemon) parkedContent(pk *parked) ([]byte, bool) {
 	// call came in; only the content is needed here.
 	var raw struct {
 		Args struct {
-			Content    *string `json:"content"`
-			ContentB64 *string `json:"content_b64"`
+			Content    *string         `json:"content"`
+			ContentB64 *string         `json:"content_b64"`
+			Body       json.RawMessage `json:"body"`
 		} `json:"args"`
 	}
 	if json.Unmarshal(body, &raw) != nil {
@@ -109,6 +116,8 @@ func (d *Daemon) parkedContent(pk *parked) ([]byte, bool) {
 			return nil, false
 		}
 		content = b
+	case raw.Args.Body != nil:
+		content = raw.Args.Body
 	}
 	if sha256Of(content) != pk.content {
 		d.log.Error("a parked write's spilled content is not the content it was parked with", "approval_id", pk.id)

@@ -46,24 +46,40 @@ func (c *Client) resolver() Resolver {
 // name again. An IP-literal target (only possible when a hosts entry lists
 // that literal) is checked the same way.
 func (c *Client) Resolve(ctx context.Context, p *netpolicy.Policy, t *netpolicy.Target) (netip.AddrPort, error) {
-	var addrs []netip.Addr
-	if t.IP.IsValid() {
-		addrs = []netip.Addr{t.IP}
-	} else {
-		var err error
-		addrs, err = c.resolver().LookupNetIP(ctx, "ip", t.Host)
-		if err != nil {
-			if ctx.Err() != nil {
-				return netip.AddrPort{}, upstreamCtx(ctx, "resolve", err)
-			}
-			return netip.AddrPort{}, &UpstreamError{Op: "resolve", Err: err}
-		}
+	addrs, err := c.Lookup(ctx, t)
+	if err != nil {
+		return netip.AddrPort{}, err
 	}
 	a, err := netpolicy.CheckAddrs(addrs, p.InsecureAllowPrivate())
 	if err != nil {
 		return netip.AddrPort{}, denied("%s: %v", t.Host, reasonOf(err))
 	}
 	return netip.AddrPortFrom(a, t.Port), nil
+}
+
+// Lookup looks t's host up once and returns the whole answer, unchecked
+// (an IP-literal target is its own answer). The daemon records the answer
+// and decides on it (netpolicy.CheckAddrs) before anything is sent, as it
+// decides on a path the kernel resolved; FetchRequest.Addr then pins the
+// first request to the address the decision checked.
+func (c *Client) Lookup(ctx context.Context, t *netpolicy.Target) ([]netip.Addr, error) {
+	if t.IP.IsValid() {
+		return []netip.Addr{t.IP}, nil
+	}
+	addrs, err := c.resolver().LookupNetIP(ctx, "ip", t.Host)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, upstreamCtx(ctx, "resolve", err)
+		}
+		return nil, &UpstreamError{Op: "resolve", Err: err}
+	}
+	// Go's resolver answers an IPv4 address in its IPv4-mapped form
+	// (::ffff:a.b.c.d); dialing that needs a dual-stack IPv6 socket. The
+	// address is the IPv4 one (CheckAddrs judges mapped forms by it too).
+	for i, a := range addrs {
+		addrs[i] = a.Unmap()
+	}
+	return addrs, nil
 }
 
 // pinnedDialer dials only addresses that were checked: the transport asks

@@ -23,12 +23,19 @@ type FetchRequest struct {
 	URL     string
 	Method  string // "GET" (default when empty) or "HEAD"
 	Headers map[string]string
+	// Addr, when valid, is the first request's address: the caller
+	// resolved the name (Client.Lookup) and decided on the answer. It is
+	// checked again (CheckAddrs) and dialed; no lookup is made for it.
+	// Redirects are resolved here, each once.
+	Addr netip.AddrPort
 }
 
 // PostRequest is the post operation's args: a JSON body to a webhook.
 type PostRequest struct {
 	URL  string
 	Body json.RawMessage
+	// Addr is as FetchRequest's.
+	Addr netip.AddrPort
 }
 
 // Hop records one request of a chain (the first URL, then each redirect).
@@ -117,7 +124,11 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchReques
 			}
 		}
 		res.Hops = append(res.Hops, Hop{URL: t.String(), Rule: rule})
-		resp, ap, err := c.send(ctx, p, pd, tr, t, method, hdr, nil)
+		pinned := netip.AddrPort{}
+		if hop == 0 {
+			pinned = req.Addr
+		}
+		resp, ap, err := c.send(ctx, p, pd, tr, t, pinned, method, hdr, nil)
 		res.Hops[hop].Addr = ap
 		res.URL, res.Rule, res.Addr = t.String(), rule, ap
 		if err != nil {
@@ -168,7 +179,7 @@ func (c *Client) Post(ctx context.Context, p *netpolicy.Policy, req PostRequest)
 	defer tr.CloseIdleConnections()
 	res := &Result{URL: t.String(), Rule: rule, Hops: []Hop{{URL: t.String(), Rule: rule}}}
 	hdr := http.Header{"Content-Type": {"application/json"}}
-	resp, ap, err := c.send(ctx, p, pd, tr, t, http.MethodPost, hdr, req.Body)
+	resp, ap, err := c.send(ctx, p, pd, tr, t, req.Addr, http.MethodPost, hdr, req.Body)
 	res.Addr, res.Hops[0].Addr = ap, ap
 	if err != nil {
 		res.Duration = time.Since(start)
@@ -187,12 +198,23 @@ func BodyDigest(body []byte) (string, int) {
 	return "sha256:" + hex.EncodeToString(sum[:]), len(body)
 }
 
-// send resolves and pins t, then performs one request.
+// send resolves and pins t (or pins the address the caller resolved and
+// decided on, checked again), then performs one request.
 func (c *Client) send(ctx context.Context, p *netpolicy.Policy, pd *pinnedDialer, tr *http.Transport, t *netpolicy.Target,
-	method string, hdr http.Header, body []byte) (*http.Response, netip.AddrPort, error) {
-	ap, err := c.Resolve(ctx, p, t)
-	if err != nil {
-		return nil, netip.AddrPort{}, err
+	pinned netip.AddrPort, method string, hdr http.Header, body []byte) (*http.Response, netip.AddrPort, error) {
+	ap := pinned
+	if ap.IsValid() {
+		if _, err := netpolicy.CheckAddrs([]netip.Addr{ap.Addr()}, p.InsecureAllowPrivate()); err != nil {
+			return nil, netip.AddrPort{}, denied("%s: %v", t.Host, reasonOf(err))
+		}
+		if ap.Port() != t.Port {
+			return nil, netip.AddrPort{}, denied("%s: pinned port %d is not the URL's %d", t.Host, ap.Port(), t.Port)
+		}
+	} else {
+		var err error
+		if ap, err = c.Resolve(ctx, p, t); err != nil {
+			return nil, netip.AddrPort{}, err
+		}
 	}
 	pd.pin(t.HostPort(), ap)
 	var rd io.Reader

@@ -277,10 +277,12 @@ func mcpTool(t api.Tool) (*sdk.Tool, error) {
 	}, nil
 }
 
-// annotations are the MCP hints for an operation. Every sluiced tool is
-// local (openWorldHint false): files beneath its roots, or a command in a
-// container with no network. An execute tool's container sees a
-// read-only view and cannot change the host, so it is not destructive.
+// annotations are the MCP hints for an operation. File tools and commands
+// are local (openWorldHint false): files beneath its roots, or a command in
+// a container with no network (an execute tool's container sees a
+// read-only view and cannot change the host, so it is not destructive).
+// fetch and post reach the internet (openWorldHint true): a fetch only
+// reads; a post adds (a webhook), it destroys nothing.
 func annotations(op api.Operation) *sdk.ToolAnnotations {
 	no, yes := false, true
 	a := &sdk.ToolAnnotations{OpenWorldHint: &no}
@@ -291,6 +293,10 @@ func annotations(op api.Operation) *sdk.ToolAnnotations {
 		a.DestructiveHint = &yes
 	case api.OpExecute:
 		a.DestructiveHint = &no
+	case api.OpFetch:
+		a.ReadOnlyHint, a.IdempotentHint, a.OpenWorldHint = true, true, &yes
+	case api.OpPost:
+		a.DestructiveHint, a.OpenWorldHint = &no, &yes
 	}
 	return a
 }
@@ -305,6 +311,8 @@ type Structured struct {
 	ExitCode  *int        `json:"exit_code,omitempty"`
 	CallID    string      `json:"call_id"`
 	SHA256    string      `json:"sha256,omitempty"`
+	// HTTPStatus is a fetch's or post's response status.
+	HTTPStatus int `json:"http_status,omitempty"`
 }
 
 const outputSchema = `{"type":"object",
@@ -316,7 +324,8 @@ const outputSchema = `{"type":"object",
   "bytes":{"type":"integer","description":"output bytes returned"},
   "exit_code":{"type":"integer","description":"an execute tool's exit code"},
   "call_id":{"type":"string","description":"the call's id in sluiced's audit ledger"},
-  "sha256":{"type":"string","description":"a write's new content digest (its next if_match), or what a delete removed"}},
+  "sha256":{"type":"string","description":"a write's new content digest (its next if_match), or what a delete removed"},
+  "http_status":{"type":"integer","description":"a fetch's or post's response status"}},
  "required":["verdict","reason","ok","truncated","bytes","call_id"]}`
 
 // handler forwards one tools/call of tool to POST /v1/calls, streamed.
@@ -421,7 +430,7 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 func toolResult(res *api.CallResult, stdout, stderr []byte) *sdk.CallToolResult {
 	out := &sdk.CallToolResult{IsError: !res.OK, Content: []sdk.Content{}, StructuredContent: Structured{
 		Verdict: res.Verdict, Reason: res.Reason, OK: res.OK, Truncated: res.Truncated, Bytes: res.Bytes,
-		ExitCode: res.ExitCode, CallID: res.CallID, SHA256: res.SHA256,
+		ExitCode: res.ExitCode, CallID: res.CallID, SHA256: res.SHA256, HTTPStatus: res.HTTPStatus,
 	}}
 	if res.Verdict != api.VerdictAllow {
 		// Only the reason code: under deny_detail "opaque" it is the bland

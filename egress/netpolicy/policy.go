@@ -509,3 +509,7 @@ func (p *Policy) CheckHeaders(h map[string]string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// TimeoutMS is a Timeout of ms milliseconds (0: the default): the
+// manifest's timeout_ms, for a caller that reads no clock (authz).
+func TimeoutMS(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -1,0 +1,204 @@
+package authz
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/egress/netpolicy"
+)
+
+// opFetch is a GET or HEAD that sluiced performs itself: args {"url",
+// "method"?, "headers"?}. The URL is authorized by parsing (hosts,
+// schemes, ports; every URL trick refused), the host is looked up once by
+// the daemon and every address of the answer checked here, and the request
+// goes to exactly the address that was checked (docs/egress.md).
+var opFetch = Op{
+	Name:     api.OpFetch,
+	Keys:     []string{"hosts", "schemes", "max_redirects", "allowed_headers", "insecure_allow_private", "timeout_ms"},
+	Resolve:  ResolveNet,
+	Effects:  true, // a GET carries what its URL says to a server: durable before it leaves
+	validate: []validator{validateNet},
+	decode: func(t *Tool, raw []byte, a *Args) error {
+		var fa api.FetchArgs
+		if err := strictArgs(raw, &fa); err != nil {
+			return err
+		}
+		a.URL, a.Method, a.Headers = fa.URL, fa.Method, fa.Headers
+		if a.Method == "" {
+			a.Method = "GET"
+		}
+		switch {
+		case fa.URL == nil:
+			a.Invalid = "args.url: required"
+		case a.Method != "GET" && a.Method != "HEAD":
+			a.Invalid = "args.method: GET or HEAD"
+		}
+		rec := map[string]any{"method": a.Method}
+		if fa.URL != nil {
+			rec["url"] = *fa.URL
+		}
+		if len(fa.Headers) > 0 {
+			rec["headers"] = recordHeaders(fa.Headers)
+		}
+		a.Record = RecordArgs(mustJSON(rec))
+		return nil
+	},
+	fromRecord: func(t *Tool, rec []byte, a *Args) bool {
+		var fa api.FetchArgs
+		if json.Unmarshal(rec, &fa) != nil {
+			return false
+		}
+		a.URL, a.Method, a.Headers = fa.URL, fa.Method, fa.Headers
+		return true
+	},
+	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
+		tgt, rule, err := t.net.AuthorizeURL(derefURL(req.URL))
+		if err != nil {
+			return deny(api.ReasonEgressDenied, ix.key+".hosts")
+		}
+		if _, err := t.net.CheckHeaders(req.Headers); err != nil {
+			return deny(api.ReasonEgressDenied, ix.key+".allowed_headers")
+		}
+		return decideAddrs(t, ix, req, tgt, ruleKey(ix, rule))
+	},
+	schema: func(t *Tool) map[string]any {
+		return map[string]any{
+			"type": "object", "additionalProperties": false, "required": []string{"url"},
+			"properties": map[string]any{
+				"url":    map[string]any{"type": "string", "description": "An absolute URL on one of: " + strings.Join(t.Hosts, ", ")},
+				"method": map[string]any{"type": "string", "enum": []string{"GET", "HEAD"}, "description": "GET (default) or HEAD"},
+				"headers": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
+					"description": "Request headers; only " + strings.Join(allowedHeaders(t), ", ")},
+			},
+		}
+	},
+	describe: func(t *Tool) string {
+		return fmt.Sprintf("Fetch a URL (GET or HEAD, up to %d bytes) from %s.", t.EffectiveMaxBytes(), strings.Join(t.Hosts, ", "))
+	},
+}
+
+// validateNet builds a fetch or post tool's network policy: every entry
+// checked (netpolicy.NewPolicy), each error naming its key.
+func validateNet(key string, t *Tool) error {
+	switch {
+	case t.Operation == api.OpFetch && len(t.Hosts) == 0:
+		return merr(key+".hosts", "missing; list the host names it may fetch from, e.g. [\"api.github.com\"]")
+	case t.Operation == api.OpPost && len(t.Webhooks) == 0:
+		return merr(key+".webhooks", "missing; list the URLs it may post to, e.g. [\"https://hooks.example.com/notify/*\"]")
+	}
+	if t.TimeoutMS < 0 || t.TimeoutMS > 3600_000 {
+		return merr(key+".timeout_ms", "is %d; use 1 to 3600000 (default 30000)", t.TimeoutMS)
+	}
+	if t.MaxRequestBytes < 0 || t.MaxRequestBytes > maxMaxBytes {
+		return merr(key+".max_request_bytes", "is %d; use 1 to %d (default 65536)", t.MaxRequestBytes, maxMaxBytes)
+	}
+	c := netpolicy.Config{
+		Hosts: t.Hosts, Webhooks: t.Webhooks, Schemes: t.Schemes, InsecureAllowPrivate: t.InsecureAllowPrivate,
+		AllowedHeaders: t.AllowedHeaders, MaxBytes: t.EffectiveMaxBytes(), MaxRequestBytes: t.MaxRequestBytes,
+		Timeout: netpolicy.TimeoutMS(t.TimeoutMS),
+	}
+	if t.MaxRedirects != nil {
+		if *t.MaxRedirects < 0 || *t.MaxRedirects > 20 {
+			return merr(key+".max_redirects", "is %d; use 0 to 20 (default 3)", *t.MaxRedirects)
+		}
+		c.MaxRedirects = *t.MaxRedirects
+		if c.MaxRedirects == 0 {
+			c.MaxRedirects = -1 // none followed
+		}
+	}
+	p, err := netpolicy.NewPolicy(c)
+	if err != nil {
+		return &ManifestError{Key: key, Msg: err.Error()}
+	}
+	t.net = p
+	return nil
+}
+
+// NetPolicy is a fetch or post tool's network policy (nil for others).
+func (t *Tool) NetPolicy() *netpolicy.Policy { return t.net }
+
+// decideAddrs checks what the daemon's one lookup of the host returned:
+// every address must be one the tool may reach (a public address, unless
+// insecure_allow_private), or the call is refused before anything is sent
+// (an answer that mixes a public address and 127.0.0.1 is DNS rebinding).
+// A name that did not resolve is allowed: the call then ends
+// upstream_error without dialing.
+func decideAddrs(t *Tool, ix *toolIndex, req *Request, tgt *netpolicy.Target, rule string) Decision {
+	if len(req.Resolved) != 1 {
+		return deny(api.ReasonInternalError, ix.key) // not resolved as it had to be: fail closed
+	}
+	res := &req.Resolved[0]
+	switch res.Outcome {
+	case OutcomeOK:
+	case OutcomeNotFound:
+		d := allow(rule)
+		d.Resource = res
+		return d
+	default:
+		d := deny(api.ReasonInternalError, ix.key)
+		d.Resource = res
+		return d
+	}
+	addrs := make([]netip.Addr, 0, len(res.Addrs))
+	for _, s := range res.Addrs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return deny(api.ReasonInternalError, ix.key)
+		}
+		addrs = append(addrs, a)
+	}
+	if _, err := netpolicy.CheckAddrs(addrs, t.InsecureAllowPrivate); err != nil {
+		d := deny(api.ReasonEgressDenied, ix.key+".insecure_allow_private")
+		d.Resource = res
+		return d
+	}
+	d := allow(rule)
+	d.Resource = res
+	return d
+}
+
+// ruleKey names the entry that allowed a URL: tools.NAME.hosts[i].
+func ruleKey(ix *toolIndex, r netpolicy.Rule) string {
+	return ix.key + "." + r.Key + "[" + strconv.Itoa(r.Index) + "]"
+}
+
+func derefURL(u *string) string {
+	if u == nil {
+		return ""
+	}
+	return *u
+}
+
+// allowedHeaders is what a fetch tool lets the agent set.
+func allowedHeaders(t *Tool) []string {
+	if t.AllowedHeaders == nil {
+		return []string{"Accept"}
+	}
+	return t.AllowedHeaders
+}
+
+// recordHeaders is what the ledger keeps of a fetch's headers: Accept as
+// given, any other value by digest (an allowed Authorization header is a
+// secret).
+func recordHeaders(h map[string]string) map[string]string {
+	out := make(map[string]string, len(h))
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range h {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		if strings.EqualFold(k, "Accept") {
+			out[k] = h[k]
+		} else {
+			out[k] = sha256Of([]byte(h[k]))
+		}
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+//go:build linux
+
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/egress"
+	"github.com/sluicehq/sluice/egress/netpolicy"
+)
+
+// The daemon's half of fetch and post (docs/egress.md): resolve the URL's
+// host once (the network's openat2: the answer is recorded and decided on),
+// then send the request to exactly the address the decision checked.
+
+// netClient performs fetch and post: the system resolver, the system's
+// roots, proxy variables ignored (egress.Client).
+var netClient = &egress.Client{}
+
+// resolveNet looks up the host of a fetch's or post's URL once, but only
+// when the URL is one the tool allows: a refused URL costs no lookup, so
+// DNS learns nothing of what an agent was refused. The answer goes into
+// the request (and the decision record) for authz to check.
+func (c *call) resolveNet() {
+	p := c.tool.NetPolicy()
+	if p == nil || c.areq.URL == nil {
+		return
+	}
+	var t *netpolicy.Target
+	var err error
+	if c.tool.Operation == api.OpPost {
+		t, _, err = p.AuthorizeWebhook(*c.areq.URL)
+	} else {
+		t, _, err = p.AuthorizeURL(*c.areq.URL)
+	}
+	if err != nil {
+		return // authz denies it (egress_denied) on the same check
+	}
+	res := authz.Resource{Outcome: authz.OutcomeOK, Path: t.String()}
+	ctx, cancel := context.WithTimeout(c.ctx, p.Timeout())
+	defer cancel()
+	addrs, err := netClient.Lookup(ctx, t)
+	switch {
+	case err != nil:
+		res.Outcome = authz.OutcomeNotFound // allowed; the call ends upstream_error, nothing dialed
+	case len(addrs) == 0:
+		res.Outcome = authz.OutcomeNotFound
+	}
+	for _, a := range addrs {
+		res.Addrs = append(res.Addrs, a.String())
+	}
+	c.areq.Resolved = append(c.areq.Resolved, res)
+}
+
+// pinned is the address the decision checked for t's port: the first of
+// the answer (every one of which was checked).
+func (c *call) pinned(port uint16) netip.AddrPort {
+	if c.dec.Resource == nil || len(c.dec.Resource.Addrs) == 0 {
+		return netip.AddrPort{}
+	}
+	a, err := netip.ParseAddr(c.dec.Resource.Addrs[0])
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(a, port)
+}
+
+func execFetch(c *call, _ func(string, []byte)) *outcome {
+	p := c.tool.NetPolicy()
+	t, _, err := p.AuthorizeURL(*c.areq.URL)
+	if err != nil {
+		return &outcome{reason: api.ReasonEgressDenied}
+	}
+	addr := c.pinned(t.Port)
+	if !addr.IsValid() {
+		return &outcome{reason: api.ReasonUpstreamError, egress: &audit.Egress{Method: c.method, Target: t.String()}}
+	}
+	res, err := netClient.Fetch(c.ctx, p, egress.FetchRequest{URL: *c.areq.URL, Method: c.method, Headers: c.areq.Headers, Addr: addr})
+	return c.netOutcome(res, err, &audit.Egress{Method: c.method, Target: t.String()})
+}
+
+func execPost(c *call, _ func(string, []byte)) *outcome {
+	p := c.tool.NetPolicy()
+	t, _, err := p.AuthorizeWebhook(*c.areq.URL)
+	if err != nil {
+		return &outcome{reason: api.ReasonEgressDenied}
+	}
+	digest, n := egress.BodyDigest(c.postBody)
+	rec := &audit.Egress{Method: "POST", Target: t.String(), BodySHA256: digest, BodyLen: int64(n)}
+	addr := c.pinned(t.Port)
+	if !addr.IsValid() {
+		return &outcome{reason: api.ReasonUpstreamError, egress: rec}
+	}
+	res, err := netClient.Post(c.ctx, p, egress.PostRequest{URL: *c.areq.URL, Body: c.postBody, Addr: addr})
+	return c.netOutcome(res, err, rec)
+}
+
+// netOutcome turns what egress returned into the call's outcome and its
+// record: where the request went (each hop), the address dialed, status
+// and byte counts; the body goes to the caller only, never to the ledger.
+// ok is a response below 400.
+func (c *call) netOutcome(res *egress.Result, err error, rec *audit.Egress) *outcome {
+	o := &outcome{egress: rec}
+	if res != nil {
+		if res.Addr.IsValid() {
+			rec.Addr = res.Addr.String()
+		}
+		rec.Status, rec.ContentType, rec.BytesIn = res.Status, res.ContentType, res.Bytes
+		rec.BytesOut = rec.BodyLen
+		for _, h := range res.Hops {
+			hop := audit.EgressHop{URL: h.URL, Status: h.Status}
+			if h.Addr.IsValid() {
+				hop.Addr = h.Addr.String()
+			}
+			if h.Rule.Key != "" {
+				hop.Rule = h.Rule.String()
+			}
+			rec.Hops = append(rec.Hops, hop)
+		}
+	}
+	if err != nil {
+		o.reason = api.Reason(egress.Reason(err))
+		switch {
+		case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
+			o.reason = api.ReasonUpstreamError
+		case o.reason == api.ReasonCancelled:
+			o.reason = c.endReason()
+		}
+		return o
+	}
+	o.ok = res.Status < 400
+	o.reason = api.ReasonAllowed
+	o.output, o.truncated = res.Body, res.Truncated
+	o.httpStatus, o.contentType = res.Status, res.ContentType
+	return o
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}

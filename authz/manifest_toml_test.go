@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/api"
 )
 
 const seedJSON = `{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src","workspace/tests"],"max_bytes":65536},"run_tests":{"operation":"execute","commands":[["python","-m","unittest"]]}}}`
@@ -107,4 +109,46 @@ func FuzzParseTOML(f *testing.F) {
 			t.Fatalf("accepted TOML whose canonical form does not parse the same: %v\n%s", err, m.Canonical)
 		}
 	})
+}
+
+// TestExampleCapabilities: profiles/examples/capabilities.toml (the
+// capability-broker example of docs/egress.md) loads, and decides as it
+// says: a fetch only from its hosts, a notify only after a human's yes,
+// never-listed names refused.
+func TestExampleCapabilities(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "profiles", "examples", "capabilities.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := ParseFile("capabilities.toml", f, "/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := func(v string) *string { return &v }
+	for _, c := range []struct {
+		req  Request
+		want api.Reason
+	}{
+		{Request{Principal: "local", Tool: "http_fetch", URL: s("https://api.github.com/repos/x/y"),
+			Resolved: []Resource{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.6"}}}}, api.ReasonAllowed},
+		{Request{Principal: "local", Tool: "http_fetch", URL: s("https://api.github.com.evil.example/")}, api.ReasonEgressDenied},
+		{Request{Principal: "local", Tool: "http_fetch", URL: s("https://api.github.com/"),
+			Resolved: []Resource{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.6", "127.0.0.1"}}}}, api.ReasonEgressDenied},
+		{Request{Principal: "local", Tool: "notify", URL: s("https://hooks.internal.example/ci"),
+			Resolved: []Resource{{Outcome: OutcomeOK, Addrs: []string{"198.51.100.7"}}}}, api.ReasonApprovalRequired},
+		{Request{Principal: "local", Tool: "notify", URL: s("https://evil.example/ci")}, api.ReasonEgressDenied},
+		{Request{Principal: "local", Tool: "fs_read", Path: s("workspace/.env")}, api.ReasonNeverListed},
+	} {
+		if d := Decide(m, &c.req); d.Reason != c.want {
+			t.Errorf("%s %s: %s (%s), want %s", c.req.Tool, *firstOf(c.req.URL, c.req.Path), d.Reason, d.Rule, c.want)
+		}
+	}
+}
+
+func firstOf(a, b *string) *string {
+	if a != nil {
+		return a
+	}
+	return b
 }

@@ -1,0 +1,144 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Resolver looks a name up once. *net.Resolver implements it; tests inject
+// a fake that maps names like "api.test" to 127.0.0.1.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Client performs fetch, post and proxied connections. The zero value uses
+// the system resolver and the system's root CAs. A Client holds no
+// per-request state and is safe for concurrent use.
+type Client struct {
+	// Resolver; nil means net.DefaultResolver.
+	Resolver Resolver
+	// RootCAs overrides the system roots (tests: a test CA).
+	RootCAs *x509.CertPool
+	// DialTimeout bounds one TCP connect; 0 means 10s (the request's
+	// timeout bounds it too).
+	DialTimeout time.Duration
+}
+
+var defaultClient = &Client{}
+
+func (c *Client) resolver() Resolver {
+	if c.Resolver != nil {
+		return c.Resolver
+	}
+	return net.DefaultResolver
+}
+
+// Resolve looks t's host up ONCE and checks every address (CheckAddrs);
+// the returned address is the resource: it is what gets dialed, never the
+// name again. An IP-literal target (only possible when a hosts entry lists
+// that literal) is checked the same way.
+func (c *Client) Resolve(ctx context.Context, p *Policy, t *Target) (netip.AddrPort, error) {
+	var addrs []netip.Addr
+	if t.IP.IsValid() {
+		addrs = []netip.Addr{t.IP}
+	} else {
+		var err error
+		addrs, err = c.resolver().LookupNetIP(ctx, "ip", t.Host)
+		if err != nil {
+			if ctx.Err() != nil {
+				return netip.AddrPort{}, upstreamCtx(ctx, "resolve", err)
+			}
+			return netip.AddrPort{}, &UpstreamError{Op: "resolve", Err: err}
+		}
+	}
+	a, err := CheckAddrs(addrs, p.allowPrivate)
+	if err != nil {
+		return netip.AddrPort{}, denied("%s: %v", t.Host, err.(*DeniedError).Reason)
+	}
+	return netip.AddrPortFrom(a, t.Port), nil
+}
+
+// pinnedDialer dials only addresses that were checked: the transport asks
+// for "host:port" and gets a connection to the address Resolve returned
+// for that host:port, with no second lookup (a DNS answer that changes
+// between check and use — rebinding — is never consulted). A host:port
+// nobody pinned is refused.
+type pinnedDialer struct {
+	mu   sync.Mutex
+	pins map[string]netip.AddrPort
+	d    net.Dialer
+}
+
+func newPinnedDialer(timeout time.Duration) *pinnedDialer {
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	// KeepAlive -1 and no Resolver: the address is already numeric.
+	return &pinnedDialer{pins: map[string]netip.AddrPort{}, d: net.Dialer{Timeout: timeout}}
+}
+
+func (pd *pinnedDialer) pin(hostPort string, ap netip.AddrPort) {
+	pd.mu.Lock()
+	pd.pins[hostPort] = ap
+	pd.mu.Unlock()
+}
+
+func (pd *pinnedDialer) DialContext(ctx context.Context, network, hostPort string) (net.Conn, error) {
+	pd.mu.Lock()
+	ap, ok := pd.pins[hostPort]
+	pd.mu.Unlock()
+	if !ok {
+		return nil, denied("dial to %s that was never authorized", hostPort)
+	}
+	return pd.dial(ctx, ap)
+}
+
+func (pd *pinnedDialer) dial(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+	network := "tcp4"
+	if ap.Addr().Is6() {
+		network = "tcp6"
+	}
+	return pd.d.DialContext(ctx, network, ap.String())
+}
+
+// transport is a one-call http.Transport over a pinned dialer: Proxy is
+// nil so HTTP_PROXY/HTTPS_PROXY in sluiced's environment are ignored (an
+// attacker-influenced environment cannot route fetches elsewhere), and TLS
+// is verified against the URL's host NAME (the transport sets ServerName
+// from the request's host, not from the dialed address), so a pinned
+// address that serves another name's certificate fails as upstream_error.
+func (c *Client) transport(pd *pinnedDialer) *http.Transport {
+	return &http.Transport{
+		Proxy:       nil,
+		DialContext: pd.DialContext,
+		TLSClientConfig: &tls.Config{
+			RootCAs:    c.RootCAs,
+			MinVersion: tls.VersionTLS12,
+		},
+		TLSHandshakeTimeout:    10 * time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+		DisableKeepAlives:      false,
+		MaxIdleConns:           4,
+		IdleConnTimeout:        5 * time.Second,
+		ForceAttemptHTTP2:      false,
+	}
+}
+
+// upstreamCtx classifies a failure after ctx ended: a cancelled parent is
+// passed through (the daemon reports cancelled/shutdown), the call's own
+// deadline is a timeout.
+func upstreamCtx(ctx context.Context, op string, err error) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return &UpstreamError{Op: "timeout", Err: context.DeadlineExceeded}
+	}
+	if ctx.Err() != nil {
+		return &UpstreamError{Op: op, Err: ctx.Err()}
+	}
+	return &UpstreamError{Op: op, Err: err}
+}

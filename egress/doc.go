@@ -1,0 +1,45 @@
+// Package egress performs sluice's network operations — fetch (GET/HEAD),
+// post (a JSON body to a webhook) and a forward proxy for a command's
+// allowlisted connections — as a library that knows nothing of the daemon.
+// docs/egress.md describes the policy semantics; docs/design.md §1 step 8
+// places it in a call.
+//
+// # The address is the resource
+//
+// File tools never authorize a path string and later open it by name: the
+// kernel resolves the path beneath a held root fd (openat2) and the call
+// acts on that fd. egress applies the same rule to the network:
+//
+//  1. Parse. ParseURL turns the untrusted string into a Target, refusing
+//     every form whose meaning depends on who parses it — userinfo, IP
+//     literals in any non-canonical encoding (2130706433, 0x7f.1),
+//     trailing dots, percent-encoded or non-ASCII hosts, backslashes,
+//     CR/LF/NUL — by parsing, never by string matching on the raw URL.
+//  2. Authorize. Policy.Authorize matches the Target's lowercase ASCII
+//     host and port against the hosts entries and its scheme against the
+//     schemes (Policy.AuthorizeWebhook: the webhooks globs); the matched
+//     Rule goes to the audit.
+//  3. Resolve once. Client.Resolve looks the name up ONCE and checks
+//     every address of the answer (CheckAddrs): loopback, private,
+//     link-local, CGNAT, multicast, unspecified and the IPv6 forms that
+//     carry such an IPv4 address are refused unless the policy says
+//     insecure_allow_private. One bad address refuses the whole answer
+//     (DNS rebinding mixes a public and a private address).
+//  4. Dial the checked address. The pinned dialer connects to exactly the
+//     address Resolve returned — the "fd" of the network — with no second
+//     lookup, so an answer that changes between the check and the connect
+//     is never consulted. TLS is still verified against the host NAME, and
+//     proxy environment variables are ignored.
+//  5. Re-authorize each hop. A redirect's Location is a new untrusted URL:
+//     it goes through 1-4 before anything is sent to it.
+//
+// Errors: refusals match ErrEgressDenied (*DeniedError), failures of an
+// allowed request (resolve, connect, TLS, timeout) match ErrUpstream
+// (*UpstreamError), malformed requests match ErrInvalidRequest; Reason
+// maps any of them to its stable reason code (egress_denied,
+// upstream_error, invalid_args, cancelled).
+//
+// The package is portable (standard library only): nothing here needs
+// Linux; the daemon puts the Proxy on a unix socket bound into a
+// command's container.
+package egress

@@ -1,0 +1,174 @@
+package egress
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// testCA is a throwaway CA whose leaf certificates name test hosts
+// (api.test, other.test, ...), so TLS is verified against the NAME the
+// URL gave while every server listens on loopback.
+type testCA struct {
+	pool *x509.CertPool
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+var (
+	caOnce sync.Once
+	ca     *testCA
+)
+
+func getCA(t testing.TB) *testCA {
+	caOnce.Do(func() {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			panic(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber:          big.NewInt(1),
+			Subject:               pkix.Name{CommonName: "sluice egress test CA"},
+			NotBefore:             time.Now().Add(-time.Hour),
+			NotAfter:              time.Now().Add(24 * time.Hour),
+			IsCA:                  true,
+			KeyUsage:              x509.KeyUsageCertSign,
+			BasicConstraintsValid: true,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			panic(err)
+		}
+		cert, _ := x509.ParseCertificate(der)
+		pool := x509.NewCertPool()
+		pool.AddCert(cert)
+		ca = &testCA{pool: pool, cert: cert, key: key}
+	})
+	return ca
+}
+
+func (c *testCA) leaf(t testing.TB, names ...string) tls.Certificate {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: names[0]},
+		DNSNames:     names,
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// server is a local HTTP(S) server that counts the requests it sees.
+type server struct {
+	*httptest.Server
+	hits atomic.Int64
+	port string
+}
+
+func newServer(t testing.TB, tlsNames []string, h http.Handler) *server {
+	s := &server{}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	if len(tlsNames) > 0 {
+		s.TLS = &tls.Config{Certificates: []tls.Certificate{getCA(t).leaf(t, tlsNames...)}}
+		s.StartTLS()
+	} else {
+		s.Start()
+	}
+	t.Cleanup(s.Close)
+	_, s.port, _ = net.SplitHostPort(s.Listener.Addr().String())
+	return s
+}
+
+// fakeResolver maps test names to addresses and counts lookups; a name it
+// does not know fails like NXDOMAIN. Its answers may include TEST-NET
+// addresses: those are only ever checked, never dialed.
+type fakeResolver struct {
+	mu      sync.Mutex
+	names   map[string][]netip.Addr
+	lookups map[string]int
+}
+
+func newResolver(kv ...string) *fakeResolver {
+	r := &fakeResolver{names: map[string][]netip.Addr{}, lookups: map[string]int{}}
+	for i := 0; i < len(kv); i += 2 {
+		r.add(kv[i], kv[i+1])
+	}
+	return r
+}
+
+func (r *fakeResolver) add(name string, addrs ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range addrs {
+		r.names[name] = append(r.names[name], netip.MustParseAddr(a))
+	}
+}
+
+func (r *fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lookups[host]++
+	if a, ok := r.names[host]; ok {
+		return append([]netip.Addr(nil), a...), nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func (r *fakeResolver) count(host string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lookups[host]
+}
+
+func mustPolicy(t testing.TB, c Config) *Policy {
+	t.Helper()
+	p, err := NewPolicy(c)
+	if err != nil {
+		t.Fatalf("NewPolicy: %v", err)
+	}
+	return p
+}
+
+func testClient(r Resolver) *Client {
+	return &Client{Resolver: r, RootCAs: getCA(nil).pool}
+}
+
+func hostPort(name, port string) string { return name + ":" + port }
+
+func atoiPort(t testing.TB, s string) uint16 {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint16(n)
+}
+
+var _ = fmt.Sprintf

@@ -1,0 +1,278 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// proxyEnv is a Proxy serving on a unix socket, as the daemon runs it,
+// with its connection records on a channel.
+type proxyEnv struct {
+	sock    string
+	records chan ConnRecord
+	done    chan error
+	cancel  context.CancelFunc
+}
+
+func startProxy(t *testing.T, px *Proxy) *proxyEnv {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &proxyEnv{sock: sock, records: make(chan ConnRecord, 100), done: make(chan error, 1)}
+	px.OnConn = func(r ConnRecord) { e.records <- r }
+	ctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	go func() { e.done <- px.Serve(ctx, l) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-e.done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("Serve did not return after cancel")
+		}
+	})
+	return e
+}
+
+// client is an HTTP client whose proxy is the unix socket (as a command's
+// forwarder in the container would reach it).
+func (e *proxyEnv) client() *http.Client {
+	proxyURL, _ := url.Parse("http://sluice-proxy")
+	return &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyURL(proxyURL),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", e.sock)
+		},
+		TLSClientConfig:   &tls.Config{RootCAs: getCA(nil).pool},
+		DisableKeepAlives: true,
+	}}
+}
+
+func (e *proxyEnv) dial(t *testing.T) net.Conn {
+	c, err := net.Dial("unix", e.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// raw sends a raw request and returns the status line's code.
+func (e *proxyEnv) raw(t *testing.T, req string) int {
+	c := e.dial(t)
+	io.WriteString(c, req)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%q: %v", req, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (e *proxyEnv) record(t *testing.T) ConnRecord {
+	t.Helper()
+	select {
+	case r := <-e.records:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("no connection record")
+	}
+	return ConnRecord{}
+}
+
+func TestProxyConnect(t *testing.T) {
+	api := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "through the tunnel")
+	}))
+	other := newServer(t, []string{"other.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + api.port}, InsecureAllowPrivate: true})
+	e := startProxy(t, &Proxy{Client: testClient(newResolver("api.test", "127.0.0.1", "other.test", "127.0.0.1")), Policy: p})
+
+	resp, err := e.client().Get("https://api.test:" + api.port + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "through the tunnel" {
+		t.Fatalf("body %q", b)
+	}
+	r := e.record(t)
+	if r.Method != "CONNECT" || r.Host != "api.test" || r.Addr.String() != "127.0.0.1:"+api.port ||
+		r.Verdict != "allow" || r.Reason != ReasonAllowed || r.BytesIn == 0 || r.BytesOut == 0 || r.Rule.Index != 0 {
+		t.Fatalf("record %+v", r)
+	}
+
+	// Another host: 403 and a record; that host sees nothing.
+	if code := e.raw(t, "CONNECT other.test:"+other.port+" HTTP/1.1\r\nHost: other.test:"+other.port+"\r\n\r\n"); code != 403 {
+		t.Fatalf("CONNECT to an undeclared host: %d", code)
+	}
+	r = e.record(t)
+	if r.Verdict != "deny" || r.Reason != ReasonEgressDenied || r.Addr.IsValid() || other.hits.Load() != 0 {
+		t.Fatalf("record %+v, other hits %d", r, other.hits.Load())
+	}
+	// The Go client sees the refusal too.
+	if _, err := e.client().Get("https://other.test:" + other.port + "/"); err == nil {
+		t.Fatal("client reached an undeclared host")
+	}
+	e.record(t)
+	// A declared host on a port its entry does not allow, and a raw IP.
+	for _, target := range []string{"api.test:443", "127.0.0.1:" + api.port} {
+		if code := e.raw(t, "CONNECT "+target+" HTTP/1.1\r\n\r\n"); code != 403 {
+			t.Fatalf("CONNECT %s: %d", target, code)
+		}
+		if r := e.record(t); r.Reason != ReasonEgressDenied {
+			t.Fatalf("CONNECT %s: %+v", target, r)
+		}
+	}
+}
+
+func TestProxyLoopbackNeedsOptIn(t *testing.T) {
+	api := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	p := mustPolicy(t, Config{Hosts: []string{"api.test:" + api.port}})
+	e := startProxy(t, &Proxy{Client: testClient(newResolver("api.test", "127.0.0.1")), Policy: p})
+	if code := e.raw(t, "CONNECT api.test:"+api.port+" HTTP/1.1\r\n\r\n"); code != 403 {
+		t.Fatalf("got %d", code)
+	}
+	if r := e.record(t); r.Reason != ReasonEgressDenied || !strings.Contains(r.Detail, "loopback") {
+		t.Fatalf("record %+v", r)
+	}
+}
+
+func TestProxyPlainHTTP(t *testing.T) {
+	srv := newServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Proxy-Connection") != "" || r.Header.Get("Proxy-Authorization") != "" {
+			t.Errorf("proxy headers forwarded: %v", r.Header)
+		}
+		io.WriteString(w, "plain "+r.Host+" "+r.URL.RequestURI())
+	}))
+	p := mustPolicy(t, Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
+	e := startProxy(t, &Proxy{Client: testClient(newResolver("plain.test", "127.0.0.1")), Policy: p})
+	resp, err := e.client().Get("http://PLAIN.test:" + srv.port + "/p?q=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "plain plain.test:"+srv.port+" /p?q=1" {
+		t.Fatalf("body %q", b)
+	}
+	if r := e.record(t); r.Method != "GET" || r.Verdict != "allow" || r.Reason != ReasonAllowed || r.BytesIn == 0 {
+		t.Fatalf("record %+v", r)
+	}
+	// Expect: 100-continue is answered by the proxy, then the body flows.
+	c := e.dial(t)
+	io.WriteString(c, "POST http://plain.test:"+srv.port+"/post HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+	br := bufio.NewReader(c)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "HTTP/1.1 100 ") {
+		t.Fatalf("want 100 Continue, got %q %v", line, err)
+	}
+	br.ReadString('\n')
+	io.WriteString(c, "body")
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after 100-continue: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	e.record(t)
+	// Malformed or unsupported input.
+	for _, c := range []struct {
+		req  string
+		code int
+	}{
+		{"GET /relative HTTP/1.1\r\nHost: plain.test\r\n\r\n", 400},
+		{"TRACE http://plain.test:" + srv.port + "/ HTTP/1.1\r\n\r\n", 405},
+		{"GET https://plain.test:" + srv.port + "/ HTTP/1.1\r\n\r\n", 400},
+		{"garbage\r\n\r\n", 400},
+		{"GET http://evil.test/ HTTP/1.1\r\n\r\n", 403},
+		{"GET http://plain.test:" + srv.port + "@evil.test/ HTTP/1.1\r\n\r\n", 403},
+		{"GET http://plain.test:" + srv.port + "/ HTTP/1.1\r\nX: " + strings.Repeat("a", 40<<10) + "\r\n\r\n", 431},
+	} {
+		if code := e.raw(t, c.req); code != c.code {
+			t.Errorf("%.60q: %d, want %d", c.req, code, c.code)
+		}
+		if r := e.record(t); r.Verdict != "deny" {
+			t.Errorf("%.60q: record %+v", c.req, r)
+		}
+	}
+}
+
+func TestProxyMaxBytesOut(t *testing.T) {
+	got := make(chan int, 1)
+	srv := newServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- len(b)
+	}))
+	p := mustPolicy(t, Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true, MaxBytesOut: 1000})
+	e := startProxy(t, &Proxy{Client: testClient(newResolver("plain.test", "127.0.0.1")), Policy: p})
+	_, err := e.client().Post("http://plain.test:"+srv.port+"/up", "application/octet-stream", strings.NewReader(strings.Repeat("x", 100000)))
+	if err == nil {
+		t.Log("client saw a response")
+	}
+	r := e.record(t)
+	if r.Reason != ReasonLimitExceeded || r.BytesOut > 1000 {
+		t.Fatalf("record %+v", r)
+	}
+	select {
+	case n := <-got:
+		if n >= 100000 {
+			t.Fatalf("server got the whole body (%d bytes)", n)
+		}
+	default:
+	}
+}
+
+// A client that never finishes its header (slowloris) does not block
+// others, and is cut off after HeaderTimeout.
+func TestProxySlowloris(t *testing.T) {
+	srv := newServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	p := mustPolicy(t, Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
+	e := startProxy(t, &Proxy{Client: testClient(newResolver("plain.test", "127.0.0.1")), Policy: p, HeaderTimeout: 2 * time.Second})
+	var slow []net.Conn
+	for i := 0; i < 5; i++ {
+		c := e.dial(t)
+		io.WriteString(c, "CONNECT plain.test:")
+		slow = append(slow, c)
+	}
+	resp, err := e.client().Get("http://plain.test:" + srv.port + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "ok" {
+		t.Fatalf("body %q", b)
+	}
+	if r := e.record(t); r.Reason != ReasonAllowed {
+		t.Fatalf("first record should be the fast client: %+v", r)
+	}
+	// The slow ones are cut off by the header timeout.
+	for _, c := range slow {
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 408 ") {
+			t.Fatalf("slow client: %q %v, want a 408 then EOF", b, err)
+		}
+	}
+	for range slow {
+		if r := e.record(t); r.Verdict != "deny" || !strings.Contains(r.Detail, "header timeout") {
+			t.Fatalf("slow record %+v", r)
+		}
+	}
+}

@@ -41,7 +41,7 @@ func (u *upstream) seen() []string {
 // startUpstream listens on the address "localhost" resolves to first,
 // which is what the proxy (on the host) dials for a hosts entry
 // "localhost:PORT".
-func startUpstream(t *testing.T) *upstream {
+func startUpstream(t *testing.T, also ...func(mux *http.ServeMux)) *upstream {
 	t.Helper()
 	addrs, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip", "localhost")
 	if err != nil || len(addrs) == 0 {
@@ -50,11 +50,18 @@ func startUpstream(t *testing.T) *upstream {
 	ln, err := net.Listen("tcp", net.JoinHostPort(addrs[0].Unmap().String(), "0"))
 	testutil.Must(t, err)
 	u := &upstream{port: fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from upstream %s\n", r.URL.Path)
+	})
+	for _, f := range also {
+		f(mux)
+	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.mu.Lock()
 		u.paths = append(u.paths, r.URL.Path)
 		u.mu.Unlock()
-		fmt.Fprintf(w, "hello from upstream %s\n", r.URL.Path)
+		mux.ServeHTTP(w, r)
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })

@@ -21,8 +21,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/securefs"

@@ -108,6 +108,9 @@ type Tool struct {
 	MaxRequestBytes      int64    `json:"max_request_bytes,omitempty" toml:"max_request_bytes"`
 	// FileMode is the octal permission of files a write creates ("0644").
 	FileMode string `json:"file_mode,omitempty" toml:"file_mode"`
+	// Egress is what an execute tool's commands may reach through
+	// sluiced's proxy; nil: no network at all.
+	Egress *ExecEgress `json:"egress,omitempty" toml:"egress"`
 
 	idx *toolIndex // built by Parse; see index.go
 	// net is a fetch or post tool's network policy, built by its

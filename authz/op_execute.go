@@ -15,11 +15,11 @@ import (
 var opExecute = Op{
 	Name: api.OpExecute,
 	Keys: []string{"commands", "mounts", "cwd", "env", "timeout_ms", "memory_mb", "pids", "cpus",
-		"seccomp", "pool", "max_open_files"},
+		"seccomp", "pool", "max_open_files", "egress"},
 	Resolve:  ResolveNone,
 	Effects:  true,
 	Streams:  true,
-	validate: []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits},
+	validate: []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits, validateEgress},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var ea api.ExecArgs
 		if err := strictArgs(raw, &ea); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/fsview"
 	"github.com/sluicehq/sluice/internal/securefs"
@@ -35,6 +36,7 @@ type execTool struct {
 	view   *sandbox.View
 	mounts []sandbox.ViewMount // until start hands them to the view
 	hide   func(int, string) bool
+	egress *netpolicy.Policy // nil: no network (see exec_egress.go)
 }
 
 func (e *execTool) close() {
@@ -142,6 +144,9 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 	sort.Strings(keys)
 	for _, k := range keys {
 		spec.Env = append(spec.Env, k+"="+t.Env[k])
+	}
+	if err := e.prepareEgress(key, t); err != nil {
+		return fail(err)
 	}
 	spec.Limits = sandbox.Limits{
 		MemoryBytes: orDefault(t.MemoryMB, authz.DefaultMemoryMB) << 20,
@@ -260,7 +265,11 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	if onChunk != nil {
 		emit = func(ch sandbox.Chunk) { onChunk(ch.Stream, ch.Data) }
 	}
+	stopEgress := c.serveEgress(et, box)
 	res, err := box.Exec(c.ctx, argv, c.tool.EffectiveMaxBytes(), emit)
+	if !stopEgress() {
+		return &outcome{reason: api.ReasonAuditUnavailable}
+	}
 	if err != nil && res == nil {
 		c.d.log.Error("sandbox exec", "err", err, "call_id", c.id)
 		return &outcome{reason: errclass.Reason(err)}

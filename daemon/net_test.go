@@ -24,9 +24,9 @@ import (
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
-// upstream is a local HTTP server standing in for the internet (loopback
+// netServer is a local HTTP server standing in for the internet (loopback
 // only): it counts requests and keeps every body it was sent.
-type upstream struct {
+type netServer struct {
 	port   int
 	hits   atomic.Int64
 	mu     sync.Mutex
@@ -35,15 +35,15 @@ type upstream struct {
 	release chan struct{}
 }
 
-func newUpstream(t *testing.T, redirectTo string) *upstream {
+func newUpstream(t *testing.T, redirectTo string) *netServer {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	testutil.Must(t, err)
-	u := &upstream{port: l.Addr().(*net.TCPAddr).Port, release: make(chan struct{})}
+	u := &netServer{port: l.Addr().(*net.TCPAddr).Port, release: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
-		io.WriteString(w, "hello from upstream\n")
+		io.WriteString(w, "hello from netServer\n")
 	})
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
 		w.Write(bytes.Repeat([]byte("b"), 5000))
@@ -78,7 +78,7 @@ func newUpstream(t *testing.T, redirectTo string) *upstream {
 	return u
 }
 
-func (u *upstream) got() []string {
+func (u *netServer) got() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]string(nil), u.bodies...)
@@ -87,7 +87,7 @@ func (u *upstream) got() []string {
 // netFixture: two local servers (the second is never declared), a
 // workspace with a file that tells the agent to post a secret, and a
 // manifest with fetch and post tools.
-func netFixture(t *testing.T) (h *harness, up, other *upstream) {
+func netFixture(t *testing.T) (h *harness, up, other *netServer) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	other = newUpstream(t, "")
@@ -128,13 +128,13 @@ func TestFetch(t *testing.T) {
 	base := fmt.Sprintf("http://localhost:%d", up.port)
 
 	res, body := h.fetch(base+"/hello", nil)
-	if res.Verdict != api.VerdictAllow || !res.OK || res.Output == nil || *res.Output != "hello from upstream\n" ||
+	if res.Verdict != api.VerdictAllow || !res.OK || res.Output == nil || *res.Output != "hello from netServer\n" ||
 		res.HTTPStatus != 200 || res.ContentType != "text/plain" {
 		t.Fatalf("allowed fetch: %s", body)
 	}
 	rec := h.lastResult(res.CallID)
 	if rec.Egress == nil || rec.Egress.Addr != fmt.Sprintf("127.0.0.1:%d", up.port) || rec.Egress.Status != 200 ||
-		rec.Egress.BytesIn != int64(len("hello from upstream\n")) || rec.Reason != api.ReasonAllowed {
+		rec.Egress.BytesIn != int64(len("hello from netServer\n")) || rec.Reason != api.ReasonAllowed {
 		t.Errorf("result record: %+v %+v", rec, rec.Egress)
 	}
 
@@ -172,7 +172,7 @@ func TestFetch(t *testing.T) {
 	if n := up.hits.Load() - before; n != 0 {
 		t.Errorf("a refused address saw %d requests", n)
 	}
-	if led := h.ledger(); bytes.Contains(led, []byte("hello from upstream")) || bytes.Contains(led, []byte("bbbbbbbb")) {
+	if led := h.ledger(); bytes.Contains(led, []byte("hello from netServer")) || bytes.Contains(led, []byte("bbbbbbbb")) {
 		t.Error("a response body is in the ledger")
 	}
 }

@@ -44,6 +44,6 @@
 // upstream_error, invalid_args, cancelled).
 //
 // The package is portable (standard library only): nothing here needs
-// Linux; the daemon puts the Proxy on a unix socket bound into a
-// command's container.
+// Linux; the daemon serves the Proxy on a TCP listener it makes inside a
+// command's network namespace (127.0.0.1:3128 there; docs/sandbox.md).
 package egress

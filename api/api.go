@@ -305,6 +305,9 @@ type Tool struct {
 	Operation   Operation       `json:"operation"`
 	Description string          `json:"description"`
 	ArgsSchema  json.RawMessage `json:"args_schema"`
+	// Network says the tool reaches the network: a fetch or post, or a
+	// command with egress (through sluiced's proxy, to allowed hosts).
+	Network bool `json:"network,omitempty"`
 }
 
 // Tools is the body of GET /v1/tools.

@@ -136,6 +136,7 @@ func (d *Daemon) handleTools(w http.ResponseWriter, r *http.Request, peer Peer) 
 		t := p.m.Tools[tn]
 		out.Tools = append(out.Tools, api.Tool{
 			Name: tn, Operation: t.Operation, Description: describe(tn, t), ArgsSchema: argsSchema(t),
+			Network: t.Operation == api.OpFetch || t.Operation == api.OpPost || t.Egress != nil,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

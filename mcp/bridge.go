@@ -273,7 +273,7 @@ func mcpTool(t api.Tool) (*sdk.Tool, error) {
 	}
 	return &sdk.Tool{
 		Name: t.Name, Description: t.Description, InputSchema: json.RawMessage(t.ArgsSchema),
-		OutputSchema: json.RawMessage(outputSchema), Annotations: annotations(t.Operation),
+		OutputSchema: json.RawMessage(outputSchema), Annotations: annotations(t.Operation, t.Network),
 	}, nil
 }
 
@@ -281,11 +281,12 @@ func mcpTool(t api.Tool) (*sdk.Tool, error) {
 // are local (openWorldHint false): files beneath its roots, or a command in
 // a container with no network (an execute tool's container sees a
 // read-only view and cannot change the host, so it is not destructive).
-// fetch and post reach the internet (openWorldHint true): a fetch only
-// reads; a post adds (a webhook), it destroys nothing.
-func annotations(op api.Operation) *sdk.ToolAnnotations {
+// fetch and post reach the internet (openWorldHint true: /v1/tools says
+// network), and so does a command with egress: a fetch only reads; a post
+// adds (a webhook), it destroys nothing.
+func annotations(op api.Operation, network bool) *sdk.ToolAnnotations {
 	no, yes := false, true
-	a := &sdk.ToolAnnotations{OpenWorldHint: &no}
+	a := &sdk.ToolAnnotations{OpenWorldHint: &network}
 	switch op {
 	case api.OpRead, api.OpList:
 		a.ReadOnlyHint, a.IdempotentHint = true, true
@@ -294,9 +295,9 @@ func annotations(op api.Operation) *sdk.ToolAnnotations {
 	case api.OpExecute:
 		a.DestructiveHint = &no
 	case api.OpFetch:
-		a.ReadOnlyHint, a.IdempotentHint, a.OpenWorldHint = true, true, &yes
+		a.ReadOnlyHint, a.IdempotentHint = true, true
 	case api.OpPost:
-		a.DestructiveHint, a.OpenWorldHint = &no, &yes
+		a.DestructiveHint = &no
 	}
 	return a
 }

@@ -3,11 +3,18 @@ package audit
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 func TestAnchorSlots(t *testing.T) {
@@ -192,5 +199,57 @@ func TestOpenAnchorMissing(t *testing.T) {
 		if a, err := ReadAnchor(AnchorPath(path)); err != nil || a.Seq != last.Seq {
 			t.Fatalf("anchor not rewritten: %+v %v", a, err)
 		}
+	}
+}
+
+// TestHealthRenewsReserve: once a full file system made the reserve's
+// top-up fail, freeing space makes Health ok again by itself, with no
+// record appended since (an idle daemon stayed degraded until some call
+// came; found by make soak).
+func TestHealthRenewsReserve(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=1m"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	l, _, err := OpenWith(filepath.Join(dir, "audit.jsonl"), Options{Reserve: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var clock atomic.Int64
+	l.now = func() time.Time { return time.Unix(clock.Load(), 0) }
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	f.Close()
+	// Records go to the reserve until its top-up (below half) fails.
+	for i := 0; ; i++ {
+		seq, err := l.Append(&Record{Kind: KindDecision, CallID: fmt.Sprintf("c-%d", i), Detail: strings.Repeat("x", 400)})
+		if err == nil {
+			err = l.Sync(seq)
+		}
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if h := l.Health(); errors.Is(h, ErrDegraded) && strings.Contains(h.Error(), "preallocate") {
+			break
+		}
+		if i > 1000 {
+			t.Fatal("the reserve's top-up never failed")
+		}
+	}
+	testutil.Must(t, os.Remove(filler))
+	clock.Add(int64(reserveRetry / time.Second))
+	if err := l.Health(); err != nil {
+		t.Errorf("health after space was freed, no record since: %v", err)
 	}
 }

@@ -97,7 +97,8 @@ type Runner struct {
 	viewsMu sync.Mutex
 	views   []*View
 
-	ownsRootfsMount bool // the rootfs dir was bind-mounted private by us
+	ownsRootfsMount bool // the rootfs dir was mounted (tmpfs, private) by us
+	ownsStateMount  bool // and the state dir
 	prefix          string
 	scope           string       // cgroup subtree of this run dir: PARENT/<scope>/<id>
 	cgroups         CgroupLayout // where PARENT is
@@ -166,11 +167,17 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 		}
 	}
 	// The rootfs area is ours: found mounted (a crashed run left it) or
-	// mounted now, it is unmounted on Close.
+	// mounted now, it is unmounted on Close. The state dir is a tmpfs too
+	// (a crashed run's stays mounted, so Sweep finds its containers); it
+	// is unmounted on Close only when no container's state is left in it.
 	if _, err = privatize(r.rootfsDir()); err != nil {
 		return nil, err
 	}
 	r.ownsRootfsMount = true
+	if _, err = privatize(r.stateDir()); err != nil {
+		return nil, err
+	}
+	r.ownsStateMount = true
 	// /etc dirs of an earlier run may hold an older loader cache: drop
 	// them, and the shared etc/ of earlier versions.
 	if err := r.removeEtcDirs(nil); err != nil {

@@ -23,6 +23,9 @@ func MaybeInit() {
 	if len(os.Args) > 1 && os.Args[1] == InitArg {
 		libcontainer.Init()
 	}
+	if len(os.Args) > 1 && os.Args[1] == seccompExportArg {
+		seccompExportChild()
+	}
 }
 
 // The main thread never runs anything but the main goroutine. libcontainer

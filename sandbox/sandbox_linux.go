@@ -73,6 +73,12 @@ type Spec struct {
 	View *View
 	// No uid or gid: the Runner gives each container its own (see
 	// IDRange), so no Spec can run one as root or as a host account.
+
+	// Seccomp compiled once for all the Spec's containers (see
+	// seccompProgram); nil: compiled in each init by libcontainer.
+	bpfOnce  sync.Once
+	bpf      []byte
+	bpfFlags uint
 }
 
 // ContainerUser is the name a container's own uid and gid have in its
@@ -99,6 +105,9 @@ type Runner struct {
 
 	ownsRootfsMount bool // the rootfs dir was mounted (tmpfs, private) by us
 	ownsStateMount  bool // and the state dir
+	// noSeccompExport leaves seccomp compilation to libcontainer's init
+	// (tests compare the two).
+	noSeccompExport bool
 	prefix          string
 	scope           string       // cgroup subtree of this run dir: PARENT/<scope>/<id>
 	cgroups         CgroupLayout // where PARENT is
@@ -399,7 +408,29 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := libcontainer.Create(r.stateDir(), id, r.config(spec, id, rootfs, etc))
+	cfg := r.config(spec, id, rootfs, etc)
+	args := []string{helperInside}
+	var extra []*os.File
+	if prog, flags := r.seccompProgram(spec); prog != nil {
+		// The helper loads it from fd 3, with flags, before it reads the
+		// argv.
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		// The container has its copy of pr; the program fits the pipe
+		// (at most 4096 instructions, 32 KiB).
+		defer pr.Close()
+		_, err = pw.Write(prog)
+		pw.Close()
+		if err != nil {
+			return nil, fmt.Errorf("seccomp program: %w", err)
+		}
+		cfg.Seccomp = nil
+		args = append(args, "3", strconv.FormatUint(uint64(flags), 10))
+		extra = append(extra, pr)
+	}
+	c, err := libcontainer.Create(r.stateDir(), id, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
@@ -422,8 +453,8 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 		cwd = "/"
 	}
 	b.proc = &libcontainer.Process{
-		Args: []string{helperInside}, Env: spec.Env, UID: int(uid), GID: int(uid), Cwd: cwd,
-		Stdin: inR, Stdout: outW, Stderr: errW, Init: true,
+		Args: args, Env: spec.Env, UID: int(uid), GID: int(uid), Cwd: cwd,
+		Stdin: inR, Stdout: outW, Stderr: errW, ExtraFiles: extra, Init: true,
 		// numeric, as libcontainer's init parses it (logrus.WarnLevel)
 		LogLevel: strconv.Itoa(int(logrus.WarnLevel)),
 	}

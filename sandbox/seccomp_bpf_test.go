@@ -1,0 +1,123 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// helperFilter reads the seccomp filters of b's first process (the helper,
+// waiting for its argv): the newest, and whether there is an older one.
+func helperFilter(t *testing.T, b *Box) []byte {
+	t.Helper()
+	st, err := b.c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := st.InitProcessPid
+	// The helper loads a precompiled filter as it starts: wait for it.
+	if err := testutil.Poll(10*time.Second, func() error {
+		s, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if !strings.Contains(string(s), "Seccomp:\t2") {
+			return fmt.Errorf("helper %d not under seccomp yet", pid)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	prog, err := filterOf(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
+// The filter compiled once and loaded by the helper is the one
+// libcontainer compiles and loads in each init, instruction for
+// instruction, and it is the only filter.
+func TestSeccompPrecompiledSameAsInit(t *testing.T) {
+	rInit := newRunner(t)
+	rInit.noSeccompExport = true
+	specInit := defaultSpec(t)
+	bInit, err := rInit.Create(specInit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bInit.Destroy()
+	want := helperFilter(t, bInit)
+
+	r := newRunner(t)
+	spec := defaultSpec(t)
+	prog, flags := r.seccompProgram(spec)
+	if prog == nil {
+		t.Fatal("the default profile was not precompiled")
+	}
+	if flags != unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW {
+		t.Errorf("flags %#x, want SECCOMP_FILTER_FLAG_SPEC_ALLOW as libcontainer sets", flags)
+	}
+	if !bytes.Equal(prog, want) {
+		t.Fatalf("precompiled program (%d bytes) differs from the one libcontainer loads (%d bytes)", len(prog), len(want))
+	}
+	b, err := r.Create(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := helperFilter(t, b); !bytes.Equal(got, want) {
+		t.Fatalf("the helper's filter (%d bytes) differs from libcontainer's (%d bytes)", len(got), len(want))
+	}
+	// Exactly one filter, loaded with the same flags (spec_allow shows
+	// in the speculation state).
+	status := "grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs|Speculation_Store_Bypass):' /proc/self/status"
+	resInit, err := bInit.Exec(context.Background(), []string{"sh", "-c", status}, 4096, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Exec(context.Background(), []string{"sh", "-c", status + "; ls /proc/self/fd"}, 4096, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout)
+	if !strings.HasPrefix(out, string(resInit.Stdout)) {
+		t.Errorf("status with the precompiled filter:\n%s\nwith libcontainer's:\n%s", out, resInit.Stdout)
+	}
+	for _, w := range []string{"Seccomp:\t2", "Seccomp_filters:\t1", "NoNewPrivs:\t1"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("want %q in:\n%s", w, out)
+		}
+	}
+	// Only stdio (and ls's own directory fd) are open: the program's
+	// pipe is closed.
+	if fds := strings.Fields(out[len(resInit.Stdout):]); len(fds) > 4 {
+		t.Errorf("fds open in the command: %v", fds)
+	}
+}
+
+// A program the kernel refuses never lets the helper run an argv.
+func TestSeccompBadProgramFailsClosed(t *testing.T) {
+	r := newRunner(t)
+	spec := defaultSpec(t)
+	spec.bpfOnce.Do(func() {})
+	spec.bpf = []byte{0xff, 0xff, 0, 0, 0, 0, 0, 0} // one invalid instruction
+	b, err := r.Create(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Exec(context.Background(), []string{"sh", "-c", "echo ran"}, 4096, nil)
+	if err == nil && (res.ExitCode != 126 || strings.Contains(string(res.Stdout), "ran")) {
+		t.Fatalf("command ran without its filter: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}

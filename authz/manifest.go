@@ -86,6 +86,8 @@ type Tool struct {
 	CPUs        float64           `json:"cpus,omitempty"`
 	Seccomp     string            `json:"seccomp,omitempty"`
 	Pool        *int              `json:"pool,omitempty"`
+	// PoolMax is how far the pool grows under load (see EffectivePoolMax).
+	PoolMax *int `json:"pool_max,omitempty"`
 	// MaxOpenFiles bounds the files one container holds open through
 	// its view (each one an fd of sluiced's); EMFILE beyond it.
 	MaxOpenFiles int64 `json:"max_open_files,omitempty"`
@@ -123,6 +125,18 @@ func (t *Tool) EffectivePool() int {
 	}
 	return *t.Pool
 }
+
+// EffectivePoolMax is pool_max with its default applied: twice the pool
+// (at most 64), so 0 with pool 0 (always cold).
+func (t *Tool) EffectivePoolMax() int {
+	if t.PoolMax == nil {
+		return max(t.EffectivePool(), min(2*t.EffectivePool(), maxPool))
+	}
+	return *t.PoolMax
+}
+
+// maxPool bounds pool and pool_max.
+const maxPool = 64
 
 // ErrInvalidManifest is wrapped by every validation error.
 var ErrInvalidManifest = errors.New("invalid manifest")
@@ -455,6 +469,7 @@ func onlyKeys(allowed ...string) validator {
 			{len(t.Commands) > 0, "commands"}, {len(t.Mounts) > 0, "mounts"}, {t.Cwd != "", "cwd"},
 			{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
 			{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"},
+			{t.PoolMax != nil, "pool_max"},
 			{t.MaxOpenFiles != 0, "max_open_files"},
 			{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"},
 		} {
@@ -619,8 +634,11 @@ func validateLimits(key string, t *Tool) error {
 	if strings.ContainsRune(t.Seccomp, 0) {
 		return merr(key+".seccomp", "contains a NUL byte")
 	}
-	if t.Pool != nil && (*t.Pool < 0 || *t.Pool > 64) {
-		return merr(key+".pool", "is %d; use 0 (always cold start) to 64 (default %d)", *t.Pool, DefaultPool)
+	if t.Pool != nil && (*t.Pool < 0 || *t.Pool > maxPool) {
+		return merr(key+".pool", "is %d; use 0 (always cold start) to %d (default %d)", *t.Pool, maxPool, DefaultPool)
+	}
+	if t.PoolMax != nil && (*t.PoolMax < t.EffectivePool() || *t.PoolMax > maxPool) {
+		return merr(key+".pool_max", "is %d; use pool (%d: never grow) to %d (default twice pool)", *t.PoolMax, t.EffectivePool(), maxPool)
 	}
 	if t.MaxOpenFiles < 0 || (t.MaxOpenFiles > 0 && t.MaxOpenFiles < 16) || t.MaxOpenFiles > maxMaxOpenFiles {
 		return merr(key+".max_open_files", "is %d; use 16 to %d files one container may hold open through its view (default %d)",

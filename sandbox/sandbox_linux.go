@@ -105,6 +105,9 @@ type Runner struct {
 
 	ownsRootfsMount bool // the rootfs dir was mounted (tmpfs, private) by us
 	ownsStateMount  bool // and the state dir
+	// fillSlots bounds the pools' background creations, all pools
+	// together, to one per core (see fillWorkers).
+	fillSlots chan struct{}
 	// noSeccompExport leaves seccomp compilation to libcontainer's init
 	// (tests compare the two).
 	noSeccompExport bool
@@ -152,7 +155,7 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 		return nil, err
 	}
 	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir),
-		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}}
+		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}, fillSlots: make(chan struct{}, fillWorkers())}
 	if r.ids, err = newIDAlloc(rng, host, r.lookupHostID); err != nil {
 		return nil, err
 	}

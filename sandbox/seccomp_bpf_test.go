@@ -12,11 +12,52 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/testutil"
 )
+
+// filterOf reads the newest seccomp filter of process pid (a seized,
+// interrupted tracee for the moment) and lets it go again. The caller
+// locks its OS thread: ptrace requests come from the tracing thread.
+func filterOf(pid int) ([]byte, error) {
+	if err := unix.PtraceSeize(pid); err != nil {
+		return nil, fmt.Errorf("ptrace seize: %w", err)
+	}
+	defer unix.PtraceDetach(pid)
+	if err := unix.PtraceInterrupt(pid); err != nil {
+		return nil, fmt.Errorf("ptrace interrupt: %w", err)
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("wait for ptrace stop: %w", err)
+		}
+		break
+	}
+	if !ws.Stopped() {
+		return nil, fmt.Errorf("process %d did not stop: %v", pid, ws)
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SECCOMP_GET_FILTER, uintptr(pid), 0, 0, 0, 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("PTRACE_SECCOMP_GET_FILTER: %w", errno)
+	}
+	if n == 0 || n > 0xffff {
+		return nil, fmt.Errorf("PTRACE_SECCOMP_GET_FILTER: %d instructions", n)
+	}
+	prog := make([]unix.SockFilter, n)
+	m, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SECCOMP_GET_FILTER, uintptr(pid), 0, uintptr(unsafe.Pointer(&prog[0])), 0, 0)
+	if errno != 0 || m != n {
+		return nil, fmt.Errorf("PTRACE_SECCOMP_GET_FILTER: %d of %d instructions: %v", m, n, errno)
+	}
+	return encodeProgram(prog), nil
+}
 
 // helperFilter reads the seccomp filters of b's first process (the helper,
 // waiting for its argv): the newest, and whether there is an older one.

@@ -8,7 +8,11 @@
 // all of them alike. It prints calls/s, p50 and p95 latency, and the CPU
 // sluiced and its containers used per call (from /proc/PID/stat).
 //
-//	tputab --bin bin --bin ../old/bin [--rounds 3] [--seconds 3] [--clients 8] [--pool 8]
+// With --burst-gap D the clients do not call back to back: they call
+// once each, all at the same moment, then wait D (the pool refills), for
+// --seconds: bursts bigger than the pool.
+//
+//	tputab --bin bin --bin ../old/bin [--rounds 3] [--seconds 3] [--clients 8] [--pool 8] [--burst-gap 1s]
 package main
 
 import (
@@ -52,6 +56,7 @@ func main() {
 	clients := flag.Int("clients", 8, "concurrent clients")
 	pool := flag.Int("pool", 8, "the tool's pool")
 	poolMax := flag.Int("pool-max", -1, "the tool's pool_max (-1: leave it out)")
+	burstGap := flag.Duration("burst-gap", 0, "call in bursts (every client once, at once) this far apart instead of back to back")
 	flag.Parse()
 	if len(bs) == 0 {
 		bs = bins{"bin"}
@@ -99,14 +104,18 @@ func main() {
 	for range *rounds {
 		for _, d := range ds {
 			cpu0 := cpuOf(d.cmd.Process.Pid)
-			lat := run(d.sock, *clients, *secs)
+			lat := run(d.sock, *clients, *secs, *burstGap)
 			time.Sleep(500 * time.Millisecond) // refills and destroys of this round
 			d.cpu += cpuOf(d.cmd.Process.Pid) - cpu0
 			d.lat = append(d.lat, lat...)
 			d.secs += *secs
 		}
 	}
-	fmt.Printf("\n%d clients back to back, /bin/true, pool %d, %d rounds of %.0f s, interleaved\n", *clients, *pool, *rounds, *secs)
+	how := "back to back"
+	if *burstGap > 0 {
+		how = fmt.Sprintf("in bursts %v apart", *burstGap)
+	}
+	fmt.Printf("\n%d clients %s, /bin/true, pool %d, %d rounds of %.0f s, interleaved\n", *clients, how, *pool, *rounds, *secs)
 	fmt.Printf("%-32s %9s %9s %9s %14s\n", "", "calls/s", "p50 ms", "p95 ms", "CPU ms/call")
 	for _, d := range ds {
 		sort.Slice(d.lat, func(i, j int) bool { return d.lat[i] < d.lat[j] })
@@ -116,18 +125,22 @@ func main() {
 	}
 }
 
-func run(sock string, clients int, secs float64) []time.Duration {
+func run(sock string, clients int, secs float64, gap time.Duration) []time.Duration {
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(time.Duration(secs * float64(time.Second)))
+	start := time.Now()
 	for range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c := client.New(sock)
 			defer c.Close()
-			for time.Now().Before(deadline) {
+			for i := 0; time.Now().Before(deadline); i++ {
+				if gap > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(i) * gap)))
+				}
 				t := time.Now()
 				res, err := c.Call(context.Background(), api.CallRequest{Tool: "t"})
 				if err != nil || !res.OK {

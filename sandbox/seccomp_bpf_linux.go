@@ -128,17 +128,6 @@ func exportSeccomp(sc *configs.Seccomp) ([]byte, uint, error) {
 	return b[8:], uint(flags), nil
 }
 
-// encodeProgram lays prog out as the kernel's struct sock_filter array.
-func encodeProgram(prog []unix.SockFilter) []byte {
-	out := make([]byte, 0, 8*len(prog))
-	for _, ins := range prog {
-		out = binary.NativeEndian.AppendUint16(out, ins.Code)
-		out = append(out, ins.Jt, ins.Jf)
-		out = binary.NativeEndian.AppendUint32(out, ins.K)
-	}
-	return out
-}
-
 // seccompExportChild is the child of exportSeccomp. It reads a profile
 // on stdin and runs libcontainer's InitSeccomp on it, on the main thread
 // (package inits run there, and init() locks it), under a filter of its

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"runtime"
@@ -57,6 +58,17 @@ func filterOf(pid int) ([]byte, error) {
 		return nil, fmt.Errorf("PTRACE_SECCOMP_GET_FILTER: %d of %d instructions: %v", m, n, errno)
 	}
 	return encodeProgram(prog), nil
+}
+
+// encodeProgram lays prog out as the kernel's struct sock_filter array.
+func encodeProgram(prog []unix.SockFilter) []byte {
+	out := make([]byte, 0, 8*len(prog))
+	for _, ins := range prog {
+		out = binary.NativeEndian.AppendUint16(out, ins.Code)
+		out = append(out, ins.Jt, ins.Jf)
+		out = binary.NativeEndian.AppendUint32(out, ins.K)
+	}
+	return out
 }
 
 // helperFilter reads the seccomp filters of b's first process (the helper,

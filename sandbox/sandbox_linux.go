@@ -146,6 +146,14 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("sandbox helper %s: not an executable file (build it with 'make build'): %v", helper, err)
 	}
+	// A helper that does not load the filter from fd 3 (an older build:
+	// it ignores its arguments) would run commands without seccomp if
+	// libcontainer were told to leave it to the helper: then libcontainer
+	// compiles it in each init, as before.
+	noExport := !helperLoadsFilters(helper)
+	if noExport {
+		log.Warn("sandbox helper does not load seccomp filters (an older build?); each container's init compiles the profile", "helper", helper)
+	}
 	rng := opts.IDs
 	if rng == (IDRange{}) {
 		rng = DefaultIDRange
@@ -155,7 +163,8 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 		return nil, err
 	}
 	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir),
-		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}, fillSlots: make(chan struct{}, fillWorkers())}
+		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}, fillSlots: make(chan struct{}, fillWorkers()),
+		noSeccompExport: noExport}
 	if r.ids, err = newIDAlloc(rng, host, r.lookupHostID); err != nil {
 		return nil, err
 	}

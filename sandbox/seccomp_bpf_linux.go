@@ -58,6 +58,20 @@ func (r *Runner) seccompProgram(spec *Spec) ([]byte, uint) {
 	return spec.bpf, spec.bpfFlags
 }
 
+// helperProtocol is what a helper that loads filters from fd 3 prints
+// when asked with --protocol (sandbox/helper/helper.c).
+const helperProtocol = "sluice-helper seccomp-fd"
+
+// helperLoadsFilters asks the helper binary whether it loads a filter
+// handed to it. An older helper ignores the question, finds no argv on
+// its empty stdin and fails.
+func helperLoadsFilters(helper string) bool {
+	cmd := exec.Command(helper, "--protocol")
+	cmd.Env = []string{}
+	out, err := cmd.Output() // stdin: /dev/null
+	return err == nil && string(bytes.TrimSpace(out)) == helperProtocol
+}
+
 // exportable refuses what the helper cannot load the way libcontainer
 // does: notify actions (libcontainer hands those a listener fd).
 func exportable(sc *configs.Seccomp) error {

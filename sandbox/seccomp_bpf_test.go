@@ -7,7 +7,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -172,5 +175,30 @@ func TestSeccompBadProgramFailsClosed(t *testing.T) {
 	res, err := b.Exec(context.Background(), []string{"sh", "-c", "echo ran"}, 4096, nil)
 	if err == nil && (res.ExitCode != 126 || strings.Contains(string(res.Stdout), "ran")) {
 		t.Fatalf("command ran without its filter: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}
+
+// A helper that does not answer the protocol question (an older build,
+// which ignores its arguments) never gets a filter to load: libcontainer
+// compiles it in the init, so no command runs without it.
+func TestOldHelperNoExport(t *testing.T) {
+	if r := newRunner(t); r.noSeccompExport {
+		t.Fatal("the built helper was not recognized")
+	}
+	testutil.RequireRoot(t)
+	old := filepath.Join(t.TempDir(), "old-helper")
+	if err := os.WriteFile(old, []byte("#!/bin/sh\nexec cat >/dev/null\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRunnerWith(t.TempDir(), old, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if !r.noSeccompExport {
+		t.Fatal("an old helper would be handed filters it does not load")
+	}
+	if prog, _ := r.seccompProgram(defaultSpec(t)); prog != nil {
+		t.Fatal("a program for a helper that does not load it")
 	}
 }

@@ -29,6 +29,7 @@
 #include <sys/syscall.h>
 
 #define MAX_ARGV (1 << 20)
+#define PROTOCOL "sluice-helper seccomp-fd"
 #define MAX_PROG (BPF_MAXINSNS * sizeof(struct sock_filter))
 
 static char buf[MAX_ARGV + 1];
@@ -79,6 +80,11 @@ static int load_filter(const char *arg, const char *flagarg) {
 }
 
 int main(int argc0, char **argv0) {
+	/* sluiced asks once, at start, whether this helper loads filters. */
+	if (argc0 == 2 && strcmp(argv0[1], "--protocol") == 0) {
+		puts(PROTOCOL);
+		return 0;
+	}
 	if (argc0 != 1 && (argc0 != 3 || load_filter(argv0[1], argv0[2]) != 0))
 		return 126;
 	size_t n = 0;

@@ -25,6 +25,9 @@ func TestSeedManifestLoadsUnchanged(t *testing.T) {
 	if m.BaseDir != "/srv/agent" || len(m.Tools) != 2 || !strings.HasPrefix(m.Version, "sha256:") || len(m.Version) != 71 {
 		t.Fatalf("unexpected %+v", m)
 	}
+	if m.Tools["run_tests"].EffectivePoolMax() != 2*DefaultPool {
+		t.Errorf("default pool_max %d, want twice the pool", m.Tools["run_tests"].EffectivePoolMax())
+	}
 	if m.Tools["read_file"].EffectiveMaxBytes() != 65536 || m.Tools["run_tests"].EffectivePool() != DefaultPool {
 		t.Fatal("defaults")
 	}
@@ -85,6 +88,9 @@ func TestManifestErrors(t *testing.T) {
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"pids":1}}}`, "tools.x.pids"},
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"cpus":-1}}}`, "tools.x.cpus"},
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"pool":100}}}`, "tools.x.pool"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"pool":4,"pool_max":3}}}`, "tools.x.pool_max"},
+		{`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"pool_max":65}}}`, "tools.x.pool_max"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"pool_max":1}}}`, "tools.r.pool_max"},
 		{`{"schema_version":1,"deny_detail":"verbose","tools":{"r":{"operation":"read","roots":["a"]}}}`, "deny_detail"},
 		{`{"schema_version":1,"tools":{"bad name":{"operation":"read","roots":["a"]}}}`, "tools.bad name"},
 		{`{"schema_version":1,"principals":{},"tools":{"r":{"operation":"read","roots":["a"]}}}`, "principals"},

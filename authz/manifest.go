@@ -87,6 +87,8 @@ type Tool struct {
 	CPUs        float64           `json:"cpus,omitempty" toml:"cpus"`
 	Seccomp     string            `json:"seccomp,omitempty" toml:"seccomp"`
 	Pool        *int              `json:"pool,omitempty" toml:"pool"`
+	// PoolMax is how far the pool grows under load (see EffectivePoolMax).
+	PoolMax *int `json:"pool_max,omitempty" toml:"pool_max"`
 	// MaxOpenFiles bounds the files one container holds open through
 	// its view (each one an fd of sluiced's); EMFILE beyond it.
 	MaxOpenFiles int64 `json:"max_open_files,omitempty" toml:"max_open_files"`
@@ -141,6 +143,18 @@ func (t *Tool) EffectivePool() int {
 	}
 	return *t.Pool
 }
+
+// EffectivePoolMax is pool_max with its default applied: twice the pool
+// (at most 64), so 0 with pool 0 (always cold).
+func (t *Tool) EffectivePoolMax() int {
+	if t.PoolMax == nil {
+		return max(t.EffectivePool(), min(2*t.EffectivePool(), maxPool))
+	}
+	return *t.PoolMax
+}
+
+// maxPool bounds pool and pool_max.
+const maxPool = 64
 
 // ErrInvalidManifest is wrapped by every validation error.
 var ErrInvalidManifest = errors.New("invalid manifest")

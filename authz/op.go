@@ -262,7 +262,7 @@ func keyIsSet(t *Tool) []struct {
 		{len(t.Roots) > 0, "roots"},
 		{len(t.Commands) > 0, "commands"}, {len(t.Mounts) > 0, "mounts"}, {t.Cwd != "", "cwd"},
 		{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
-		{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"},
+		{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"}, {t.PoolMax != nil, "pool_max"},
 		{t.MaxOpenFiles != 0, "max_open_files"}, {t.Egress != nil, "egress"},
 		{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"},
 		{len(t.Hosts) > 0, "hosts"}, {len(t.Schemes) > 0, "schemes"}, {t.MaxRedirects != nil, "max_redirects"},

@@ -15,7 +15,7 @@ import (
 var opExecute = Op{
 	Name: api.OpExecute,
 	Keys: []string{"commands", "mounts", "cwd", "env", "timeout_ms", "memory_mb", "pids", "cpus",
-		"seccomp", "pool", "max_open_files", "egress"},
+		"seccomp", "pool", "pool_max", "max_open_files", "egress"},
 	Resolve:  ResolveNone,
 	Effects:  true,
 	Streams:  true,
@@ -147,6 +147,9 @@ func validateLimits(key string, t *Tool) error {
 	}
 	if t.Pool != nil && (*t.Pool < 0 || *t.Pool > 64) {
 		return merr(key+".pool", "is %d; use 0 (always cold start) to 64 (default %d)", *t.Pool, DefaultPool)
+	}
+	if t.PoolMax != nil && (*t.PoolMax < t.EffectivePool() || *t.PoolMax > maxPool) {
+		return merr(key+".pool_max", "is %d; use pool (%d: never grow) to %d (default twice pool)", *t.PoolMax, t.EffectivePool(), maxPool)
 	}
 	if t.MaxOpenFiles < 0 || (t.MaxOpenFiles > 0 && t.MaxOpenFiles < 16) || t.MaxOpenFiles > maxMaxOpenFiles {
 		return merr(key+".max_open_files", "is %d; use 16 to %d files one container may hold open through its view (default %d)",

@@ -32,7 +32,7 @@ import (
 // pool.
 type execTool struct {
 	spec   *sandbox.Spec
-	pool   *sandbox.Pool // nil with pool 0
+	pool   *sandbox.Pool // nil with pool and pool_max 0
 	view   *sandbox.View
 	mounts []sandbox.ViewMount // until start hands them to the view
 	hide   func(int, string) bool
@@ -54,7 +54,7 @@ func (e *execTool) close() {
 
 // start mounts the tool's view (it takes the mounts' roots) and fills in
 // the spec's binds; then the pool, if any, starts filling.
-func (e *execTool) start(name string, r *sandbox.Runner, pool int, log *slog.Logger) error {
+func (e *execTool) start(name string, r *sandbox.Runner, pool sandbox.PoolSize, log *slog.Logger) error {
 	mounts := e.mounts
 	e.mounts = nil
 	if len(mounts) > 0 {
@@ -66,8 +66,8 @@ func (e *execTool) start(name string, r *sandbox.Runner, pool int, log *slog.Log
 		e.spec.Mounts = v.Mounts
 		e.spec.View = v // it answers only this tool's live containers
 	}
-	if pool > 0 {
-		e.pool = sandbox.NewPool(r, e.spec, pool, log.With("tool", name))
+	if pool.Max > 0 {
+		e.pool = sandbox.NewPoolSized(r, e.spec, pool, log.With("tool", name))
 	}
 	return nil
 }

@@ -110,7 +110,8 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		}
 		p.runner = r
 		for name, et := range p.exec {
-			if err := et.start(name, r, m.Tools[name].EffectivePool(), log); err != nil {
+			size := sandbox.PoolSize{Min: m.Tools[name].EffectivePool(), Max: m.Tools[name].EffectivePoolMax()}
+			if err := et.start(name, r, size, log); err != nil {
 				p.close()
 				return nil, err
 			}

@@ -140,7 +140,7 @@ func (p *policy) poolsWarm() (warm, pools int) {
 	for _, et := range p.exec {
 		if et.pool != nil {
 			pools++
-			if et.pool.Ready() > 0 {
+			if et.pool.Ready() > 0 || et.pool.Min() == 0 { // min 0: fills only under load
 				warm++
 			}
 		}

@@ -214,6 +214,10 @@ func (r *Runner) Close() {
 		unix.Unmount(r.rootfsDir(), unix.MNT_DETACH)
 		r.ownsRootfsMount = false
 	}
+	if ents, err := os.ReadDir(r.stateDir()); r.ownsStateMount && err == nil && len(ents) == 0 {
+		unix.Unmount(r.stateDir(), unix.MNT_DETACH)
+		r.ownsStateMount = false
+	}
 }
 
 // killAndDestroy kills a loaded container's processes, waits until it has

@@ -16,12 +16,21 @@ import (
 const InitArg = "init"
 
 // MaybeInit turns this process into a container's init when it was started
-// as one, and never returns in that case. sluiced calls it from an init()
-// before any flag parsing. Every package init() of the daemon runs again in
-// each container's init, so they must stay cheap.
+// as one, and never returns in that case. This package's own init() calls
+// it, so a container's init runs only the package inits this package
+// depends on (Go initializes a package right after its imports, and this
+// one imports none of the daemon's HTTP, metrics or audit packages):
+// prometheus' client, expfmt, promhttp and the daemon's own inits (a third
+// of the package-init time: GODEBUG=inittrace=1 sluiced init) are never
+// run there. sluiced also calls it from an init() before any flag parsing.
+// The package inits this package does depend on still run in each
+// container's init, so they must stay cheap.
 func MaybeInit() {
 	if len(os.Args) > 1 && os.Args[1] == InitArg {
 		libcontainer.Init()
+	}
+	if len(os.Args) > 1 && os.Args[1] == seccompExportArg {
+		seccompExportChild()
 	}
 }
 
@@ -31,4 +40,7 @@ func MaybeInit() {
 // there instead, and the process would keep the dead container's mount
 // namespace (and its binds of a view) alive forever, with /proc/self
 // showing that namespace to every mountinfo reader (Sweep, Leftovers).
-func init() { runtime.LockOSThread() }
+func init() {
+	runtime.LockOSThread()
+	MaybeInit()
+}

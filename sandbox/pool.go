@@ -5,18 +5,38 @@ package sandbox
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 )
 
+// PoolSize is how many containers a pool keeps waiting: Min when idle,
+// growing by one for each call that found the pool empty after it had
+// filled up (a burst bigger than the pool), up to Max, and shrinking by
+// one (a waiting box destroyed) per ShrinkAfter without a single call,
+// back to Min.
+type PoolSize struct {
+	Min, Max int
+	// ShrinkAfter is the idle time per step down; 0: DefaultShrinkAfter.
+	ShrinkAfter time.Duration
+}
+
+// DefaultShrinkAfter is how long a pool goes without a call before it
+// gives one waiting box back (see PoolSize).
+const DefaultShrinkAfter = 30 * time.Second
+
 // Pool keeps up to size containers of one spec created ahead, their helper
 // waiting for an argv, so a call skips the ~20 ms of container creation.
 // A box leaves the pool once and is never reused; the pool refills in the
-// background. Close destroys what waits.
+// background, creating up to one box per core at a time (and all of a
+// runner's pools together no more: see Runner.fillSlots). Close destroys
+// what waits.
 type Pool struct {
 	r     *Runner
 	spec  *Spec
-	size  int
+	min   int
+	max   int
+	idle  time.Duration
 	log   *slog.Logger
 	ready chan *Box
 	kick  chan struct{}
@@ -24,62 +44,167 @@ type Pool struct {
 	done  chan struct{}
 	warm  chan struct{} // closed once the first box is ready
 	once  sync.Once
+
+	mu       sync.Mutex
+	target   int       // boxes to keep: min..max
+	full     bool      // reached target since it last grew
+	creating int       // creations in flight
+	lastGet  time.Time // last call to Get, for shrinking
+	wg       sync.WaitGroup
 }
 
 // NewPool starts filling a pool of size containers for spec. spec's mount
 // fds must stay open until Close returns.
 func NewPool(r *Runner, spec *Spec, size int, log *slog.Logger) *Pool {
-	p := &Pool{r: r, spec: spec, size: size, log: log, ready: make(chan *Box, size),
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), warm: make(chan struct{})}
+	return NewPoolSized(r, spec, PoolSize{Min: size, Max: size}, log)
+}
+
+// NewPoolSized starts a pool that sizes itself from demand between
+// size.Min and size.Max.
+func NewPoolSized(r *Runner, spec *Spec, size PoolSize, log *slog.Logger) *Pool {
+	size.Max = max(size.Max, size.Min)
+	if size.ShrinkAfter <= 0 {
+		size.ShrinkAfter = DefaultShrinkAfter
+	}
+	p := &Pool{r: r, spec: spec, min: size.Min, max: size.Max, idle: size.ShrinkAfter, log: log,
+		ready: make(chan *Box, size.Max), kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		done: make(chan struct{}), warm: make(chan struct{}), target: size.Min, lastGet: time.Now()}
+	if size.Min == 0 && size.Max > 0 {
+		close(p.warm) // nothing to wait for: it fills only under load
+	}
 	go p.fill()
 	return p
 }
 
+// fillWorkers is how many containers one pool creates at once, and all of
+// a runner's pools together: one per core. Creation is mostly CPU (the
+// init's Go runtime, mounts, cgroups), so more would only slow each other
+// and the calls running.
+func fillWorkers() int { return max(runtime.NumCPU(), 1) }
+
 func (p *Pool) fill() {
 	defer close(p.done)
+	defer p.wg.Wait()
 	backoff := 100 * time.Millisecond
+	failed := make(chan struct{}, fillWorkers())
+	tick := time.NewTicker(p.idle)
+	defer tick.Stop()
 	for {
-		for len(p.ready) < p.size {
-			select {
-			case <-p.stop:
-				return
-			default:
-			}
-			b, err := p.r.Create(p.spec)
-			if err != nil {
-				p.log.Error("sandbox pool: create container", "err", err, "retry_in", backoff.String())
-				select {
-				case <-p.stop:
-					return
-				case <-time.After(backoff):
-				}
-				backoff = min(2*backoff, 30*time.Second)
-				continue
-			}
-			backoff = 100 * time.Millisecond
-			p.ready <- b
-			p.warmed()
+		p.mu.Lock()
+		for len(p.ready)+p.creating < p.target && p.creating < fillWorkers() {
+			p.creating++
+			p.wg.Add(1)
+			go p.create(failed)
 		}
+		p.mu.Unlock()
 		select {
 		case <-p.stop:
 			return
 		case <-p.kick:
+			backoff = 100 * time.Millisecond
+		case <-failed:
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 30*time.Second)
+		case <-tick.C:
+			p.shrink()
 		}
 	}
 }
 
-// Get returns a waiting box, or nil when none is ready (the caller then
-// creates one cold). It never blocks. The refill for a box handed out
-// starts when its command has finished.
-func (p *Pool) Get() *Box {
+// create makes one box and hands it to the pool (or destroys it, when the
+// pool closed or shrank meanwhile).
+func (p *Pool) create(failed chan<- struct{}) {
+	defer p.wg.Done()
+	// At most one creation per core across all of the runner's pools.
 	select {
-	case b := <-p.ready:
-		b.onRelease = p.refill
-		return b
+	case p.r.fillSlots <- struct{}{}:
+	case <-p.stop:
+		p.mu.Lock()
+		p.creating--
+		p.mu.Unlock()
+		return
+	}
+	b, err := p.r.Create(p.spec)
+	<-p.r.fillSlots
+	p.mu.Lock()
+	p.creating--
+	keep := err == nil && len(p.ready) < p.target
+	if keep {
+		select {
+		case <-p.stop:
+			keep = false
+		default:
+			p.ready <- b // never blocks: len < target <= max = cap
+			p.full = p.full || len(p.ready) >= p.target
+		}
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.log.Error("sandbox pool: create container", "err", err)
+		select {
+		case failed <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if !keep {
+		b.Destroy()
+		return
+	}
+	p.warmed()
+	p.refill() // the filler tops up the rest
+}
+
+// shrink steps the target down by one toward min after a whole idle
+// period without a call, and destroys a box that is then surplus.
+func (p *Pool) shrink() {
+	p.mu.Lock()
+	if p.target <= p.min || time.Since(p.lastGet) < p.idle {
+		p.mu.Unlock()
+		return
+	}
+	p.target--
+	var surplus *Box
+	if len(p.ready) > p.target {
+		surplus = <-p.ready
+	}
+	p.mu.Unlock()
+	if surplus != nil {
+		surplus.Destroy()
+	}
+}
+
+// Get returns a waiting box, or nil when none is ready (the caller then
+// creates one cold, and the pool grows by one, up to its max). It never
+// blocks. The refill for a box handed out starts when its command has
+// finished.
+func (p *Pool) Get() *Box {
+	p.mu.Lock()
+	p.lastGet = time.Now()
+	var b *Box
+	select {
+	case b = <-p.ready:
 	default:
+		// A burst drained a full pool: keep one more. A pool still
+		// filling (just started, reloaded, or refilling slower than
+		// calls come) does not grow: more waiting boxes would not
+		// make boxes sooner.
+		if p.full && p.target < p.max {
+			p.target++
+			p.full = false
+		}
+	}
+	p.mu.Unlock()
+	if b == nil {
 		p.refill() // empty: refill now, the caller goes cold
 		return nil
 	}
+	b.onRelease = p.refill
+	return b
 }
 
 func (p *Pool) refill() {
@@ -90,6 +215,8 @@ func (p *Pool) refill() {
 }
 
 func (p *Pool) warmed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	select {
 	case <-p.warm:
 	default:
@@ -115,18 +242,29 @@ func (p *Pool) WaitWarm(ctx context.Context) bool {
 	}
 }
 
+// Min is how many boxes the pool keeps when idle.
+func (p *Pool) Min() int { return p.min }
+
 // Ready is how many boxes wait now.
 func (p *Pool) Ready() int { return len(p.ready) }
 
-// Size is how many boxes the pool keeps ready when full.
-func (p *Pool) Size() int { return p.size }
+// Size is how many boxes the pool keeps ready when full: its current
+// target, between its min and max.
+func (p *Pool) Size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
 
-// Close stops refilling and destroys the waiting boxes.
+// Close stops refilling, waits for creations in flight and destroys the
+// waiting boxes.
 func (p *Pool) Close() {
 	p.once.Do(func() {
 		close(p.stop)
 		<-p.done
+		p.mu.Lock()
 		close(p.ready)
+		p.mu.Unlock()
 		for b := range p.ready {
 			b.Destroy()
 		}

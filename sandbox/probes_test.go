@@ -556,6 +556,53 @@ func TestPool(t *testing.T) {
 	}
 }
 
+// TestPoolSizedByDemand: a call that finds a full pool empty grows it by
+// one, up to its max; without calls it shrinks back to its min, the
+// surplus boxes destroyed. No box is handed out twice.
+func TestPoolSizedByDemand(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	p := NewPoolSized(r, f.spec(t), PoolSize{Min: 1, Max: 3, ShrinkAfter: time.Hour}, r.log)
+	defer p.Close()
+	seen := map[string]bool{}
+	var taken []*Box
+	// Each time it is full, drain it to a miss: it grows by one.
+	for size := 1; size <= 3; size++ {
+		if err := testutil.Poll(20*time.Second, poolFull(p, size)); err != nil {
+			t.Fatal(err)
+		}
+		for b := p.Get(); b != nil; b = p.Get() {
+			if seen[b.ID] {
+				t.Fatalf("box %s handed out twice", b.ID)
+			}
+			seen[b.ID] = true
+			taken = append(taken, b)
+		}
+		if want := min(size+1, 3); p.Size() != want {
+			t.Fatalf("after a miss on a full pool of %d, size %d, want %d", size, p.Size(), want)
+		}
+	}
+	for _, b := range taken {
+		b.Destroy()
+	}
+
+	// Idle: a pool grown to 3 gives boxes back down to its min.
+	q := NewPoolSized(r, f.spec(t), PoolSize{Min: 1, Max: 3, ShrinkAfter: 50 * time.Millisecond}, r.log)
+	defer q.Close()
+	q.mu.Lock()
+	q.target = 3
+	q.mu.Unlock()
+	q.refill()
+	if err := testutil.Poll(20*time.Second, func() error {
+		if q.Size() != 1 || q.Ready() != 1 || Containers(r.Dir()) != 1+p.Ready() {
+			return fmt.Errorf("size %d, ready %d, boxes %d; want 1, 1, %d", q.Size(), q.Ready(), Containers(r.Dir()), 1+p.Ready())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestNoFDGrowth(t *testing.T) {
 	r := newRunner(t)
 	f := newFixture(t)

@@ -79,6 +79,11 @@ type Spec struct {
 	// 127.0.0.1:EgressPort in it (see egress_linux.go); false: no
 	// interface is up.
 	Egress bool
+	// Seccomp compiled once for all the Spec's containers (see
+	// seccompProgram); nil: compiled in each init by libcontainer.
+	bpfOnce  sync.Once
+	bpf      []byte
+	bpfFlags uint
 }
 
 // ContainerUser is the name a container's own uid and gid have in its
@@ -103,7 +108,14 @@ type Runner struct {
 	viewsMu sync.Mutex
 	views   []*View
 
-	ownsRootfsMount bool // the rootfs dir was bind-mounted private by us
+	ownsRootfsMount bool // the rootfs dir was mounted (tmpfs, private) by us
+	ownsStateMount  bool // and the state dir
+	// fillSlots bounds the pools' background creations, all pools
+	// together, to one per core (see fillWorkers).
+	fillSlots chan struct{}
+	// noSeccompExport leaves seccomp compilation to libcontainer's init
+	// (tests compare the two).
+	noSeccompExport bool
 	prefix          string
 	scope           string       // cgroup subtree of this run dir: PARENT/<scope>/<id>
 	cgroups         CgroupLayout // where PARENT is
@@ -139,6 +151,14 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 	if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("sandbox helper %s: not an executable file (build it with 'make build'): %v", helper, err)
 	}
+	// A helper that does not load the filter from fd 3 (an older build:
+	// it ignores its arguments) would run commands without seccomp if
+	// libcontainer were told to leave it to the helper: then libcontainer
+	// compiles it in each init, as before.
+	noExport := !helperLoadsFilters(helper)
+	if noExport {
+		log.Warn("sandbox helper does not load seccomp filters (an older build?); each container's init compiles the profile", "helper", helper)
+	}
 	rng := opts.IDs
 	if rng == (IDRange{}) {
 		rng = DefaultIDRange
@@ -148,7 +168,8 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 		return nil, err
 	}
 	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir),
-		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}}
+		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}, fillSlots: make(chan struct{}, fillWorkers()),
+		noSeccompExport: noExport}
 	if r.ids, err = newIDAlloc(rng, host, r.lookupHostID); err != nil {
 		return nil, err
 	}
@@ -172,11 +193,17 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 		}
 	}
 	// The rootfs area is ours: found mounted (a crashed run left it) or
-	// mounted now, it is unmounted on Close.
+	// mounted now, it is unmounted on Close. The state dir is a tmpfs too
+	// (a crashed run's stays mounted, so Sweep finds its containers); it
+	// is unmounted on Close only when no container's state is left in it.
 	if _, err = privatize(r.rootfsDir()); err != nil {
 		return nil, err
 	}
 	r.ownsRootfsMount = true
+	if _, err = privatize(r.stateDir()); err != nil {
+		return nil, err
+	}
+	r.ownsStateMount = true
 	// /etc dirs of an earlier run may hold an older loader cache: drop
 	// them, and the shared etc/ of earlier versions.
 	if err := r.removeEtcDirs(nil); err != nil {
@@ -399,7 +426,29 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := libcontainer.Create(r.stateDir(), id, r.config(spec, id, rootfs, etc))
+	cfg := r.config(spec, id, rootfs, etc)
+	args := []string{helperInside}
+	var extra []*os.File
+	if prog, flags := r.seccompProgram(spec); prog != nil {
+		// The helper loads it from fd 3, with flags, before it reads the
+		// argv.
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		// The container has its copy of pr; the program fits the pipe
+		// (at most 4096 instructions, 32 KiB).
+		defer pr.Close()
+		_, err = pw.Write(prog)
+		pw.Close()
+		if err != nil {
+			return nil, fmt.Errorf("seccomp program: %w", err)
+		}
+		cfg.Seccomp = nil
+		args = append(args, "3", strconv.FormatUint(uint64(flags), 10))
+		extra = append(extra, pr)
+	}
+	c, err := libcontainer.Create(r.stateDir(), id, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
@@ -422,8 +471,8 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 		cwd = "/"
 	}
 	b.proc = &libcontainer.Process{
-		Args: []string{helperInside}, Env: spec.Env, UID: int(uid), GID: int(uid), Cwd: cwd,
-		Stdin: inR, Stdout: outW, Stderr: errW, Init: true,
+		Args: args, Env: spec.Env, UID: int(uid), GID: int(uid), Cwd: cwd,
+		Stdin: inR, Stdout: outW, Stderr: errW, ExtraFiles: extra, Init: true,
 		// numeric, as libcontainer's init parses it (logrus.WarnLevel)
 		LogLevel: strconv.Itoa(int(logrus.WarnLevel)),
 	}

@@ -20,12 +20,12 @@ func init() { MaybeInit() }
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
-func newRunner(t *testing.T) *Runner {
+func newRunner(t testing.TB) *Runner {
 	t.Helper()
 	return newRunnerWith(t, Options{})
 }
 
-func newRunnerWith(t *testing.T, opts Options) *Runner {
+func newRunnerWith(t testing.TB, opts Options) *Runner {
 	t.Helper()
 	testutil.RequireRoot(t)
 	r, err := NewRunnerWith(t.TempDir(), testutil.Helper(t), slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
@@ -49,7 +49,7 @@ func newRunnerWith(t *testing.T, opts Options) *Runner {
 	return r
 }
 
-func defaultSpec(t *testing.T) *Spec {
+func defaultSpec(t testing.TB) *Spec {
 	sc, err := ParseSeccomp(profiles.DefaultSeccomp)
 	if err != nil {
 		t.Fatal(err)

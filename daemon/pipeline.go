@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/api"
@@ -35,6 +36,11 @@ type call struct {
 	// approvalID is set once the call waited for a human; its decision
 	// records carry it.
 	approvalID string
+
+	// answered is set just before the result is sent: from then on the
+	// call has ended for a cancel by id (404), though its handler has
+	// still to return and unregister it.
+	answered atomic.Bool
 
 	handles map[int]*securefs.Handle // by root index, for resolved paths
 	parents map[int]*parentRef       // by root index, for write and delete
@@ -178,6 +184,7 @@ func (c *call) pipeline(em emitter) {
 			em.output("stdout", o.output)
 		}
 	}
+	c.answered.Store(true)
 	em.result(c.present(o))
 	c.d.m.called(c, o)
 }
@@ -191,6 +198,7 @@ func (c *call) finishDenied(em emitter, seq uint64) {
 		}
 	}
 	em.decision(c.decisionEvent())
+	c.answered.Store(true)
 	em.result(c.present(nil))
 	c.d.m.called(c, nil)
 }

@@ -148,8 +148,8 @@ func (g *registry) cancelCall(id, principal string, approver bool, by string) bo
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	c := g.calls[id]
-	if c == nil || !(approver || (principal != "" && c.owner == principal)) {
-		return false
+	if c == nil || c.answered.Load() || !(approver || (principal != "" && c.owner == principal)) {
+		return false // an answered call has ended, though its handler may not have returned yet
 	}
 	c.stop(&cancelError{by: by})
 	return true

@@ -200,4 +200,3 @@ func execDelete(c *call, _ func(string, []byte)) *outcome {
 	}
 	return c.committed(err, "delete", res.SHA256, res.Size)
 }
-

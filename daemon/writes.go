@@ -152,7 +152,14 @@ func execWrite(c *call, _ func(string, []byte)) *outcome {
 		Mode: mode, Perm: fs.FileMode(c.tool.EffectiveFileMode()),
 		// New files belong to whoever owns the root, not to root.
 		UID: int(st.Uid), GID: int(st.Gid),
-		Check: c.commitCheck,
+		// The parent is checked again at commit: had it moved after the
+		// temp was named, the write is abandoned and the temp removed.
+		Check: func(cur fileop.Current) error {
+			if err := c.checkParentAt(pr.p); err != nil {
+				return err
+			}
+			return c.commitCheck(cur)
+		},
 		// The temp name is derived from the call id: the decision record,
 		// durable before this runs, names the parent (root_path and rel)
 		// and the call, which is all start-up recovery needs to find a

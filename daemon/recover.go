@@ -122,6 +122,10 @@ var (
 	opWrite      = []byte(`"operation":"write"`)
 )
 
+// scanChunk is how much the backward scan reads at a time (tests make it
+// small, so records straddle reads).
+var scanChunk = 1 << 20
+
 // isStart says whether line is a start's policy_loaded record.
 func isStart(line []byte) bool {
 	if !bytes.Contains(line, kindPolicy) {
@@ -134,7 +138,7 @@ func isStart(line []byte) bool {
 // lastStartOffset reads f (size bytes of whole records) backward and
 // returns the offset just past the last start record, or 0 if none.
 func lastStartOffset(f *os.File, size int64) (int64, error) {
-	const chunk = 1 << 20
+	chunk := int64(scanChunk)
 	end := size
 	var carry []byte // the start of a line whose beginning is in an earlier chunk
 	for end > 0 {

@@ -157,3 +157,37 @@ func TestLastStartOffset(t *testing.T) {
 }
 
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
+
+// TestLegacyJournalSwept: a temp journal left by an older sluiced is
+// swept once (what it lists as added and not done is removed, the rest
+// stays) and removed.
+func TestLegacyJournalSwept(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
+	  "write_file":{"operation":"write","roots":["workspace/src"]}}}`)
+	dir := t.TempDir()
+	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
+		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil))}
+	src := filepath.Join(fx.Base, "workspace/src")
+	left, done := fileop.TempPrefix+"0123abcd", fileop.TempPrefix+"4567ef01"
+	testutil.Must(t, os.WriteFile(filepath.Join(src, left), []byte("half"), 0o600))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, done), []byte("not ours any more"), 0o600))
+	testutil.Must(t, os.MkdirAll(cfg.StateDir, 0o700))
+	journal := filepath.Join(cfg.StateDir, legacyJournal)
+	testutil.Must(t, os.WriteFile(journal, []byte(`{"op":"add","path":"workspace/src/`+left+`"}
+{"op":"add","path":"workspace/src/`+done+`"}
+{"op":"done","path":"workspace/src/`+done+`"}
+{"op":"add","pa`), 0o600))
+	stop := launch(t, cfg)
+	stop()
+	if exists(filepath.Join(src, left)) {
+		t.Error("the journal's unfinished temp file is still there")
+	}
+	if !exists(filepath.Join(src, done)) {
+		t.Error("a temp name the journal saw finished was removed")
+	}
+	if exists(journal) {
+		t.Error("the old journal was not removed")
+	}
+}

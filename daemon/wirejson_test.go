@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"reflect"
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
@@ -44,6 +45,43 @@ func TestCallResultJSON(t *testing.T) {
 		checkSame(t, api.CallResult{DurationMS: f, ExitCode: &zero, Durable: &no})
 	}
 	checkSame(t, api.CallResult{})
+}
+
+// TestCallResultJSONAllFields sets every field of api.CallResult, found by
+// reflection, so a field added there and not to appendCallResult fails
+// here.
+func TestCallResultJSONAllFields(t *testing.T) {
+	var r api.CallResult
+	v := reflect.ValueOf(&r).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("<x\u2028>")
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(-7)
+		case reflect.Float64:
+			f.SetFloat(2.5)
+		case reflect.Pointer:
+			p := reflect.New(f.Type().Elem())
+			switch p.Elem().Kind() {
+			case reflect.String:
+				p.Elem().SetString("out\n")
+			case reflect.Bool:
+				p.Elem().SetBool(false)
+			case reflect.Int:
+				p.Elem().SetInt(3)
+			default:
+				t.Fatalf("field %s: a pointer to %s; teach appendCallResult and this test", v.Type().Field(i).Name, p.Elem().Kind())
+			}
+			f.Set(p)
+		default:
+			t.Fatalf("field %s of kind %s: teach appendCallResult and this test", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	checkSame(t, r)
 }
 
 func FuzzCallResultJSON(f *testing.F) {

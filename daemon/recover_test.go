@@ -3,8 +3,10 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -189,5 +191,35 @@ func TestLegacyJournalSwept(t *testing.T) {
 	}
 	if exists(journal) {
 		t.Error("the old journal was not removed")
+	}
+}
+
+// BenchmarkPendingWrites: the start-up scan over a ledger of 100,000
+// calls (a decision and a result each, ~60 MB) with no start record in
+// it, the worst case: read back to the beginning, then forward. Reports
+// MB/s of ledger.
+func BenchmarkPendingWrites(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "audit.jsonl")
+	f, err := os.Create(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	for i := range 100_000 {
+		id := fmt.Sprintf("c-01BENCH%018d", i)
+		fmt.Fprintf(w, `{"args":{"content_bytes":4096,"mode":"overwrite","path":"workspace/src/pkg/file%d.go"},"call_id":"%s","kind":"decision","operation":"write","policy_version":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","prev":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","principal":{"gid":1000,"name":"agent","pid":4242,"uid":1000},"reason":"allowed","resolved":[{"root":0,"root_path":"workspace/src","outcome":"ok","path":"/srv/w/workspace/src/pkg/file%d.go","rel":"pkg/file%d.go","kind":"file"}],"resource":"/srv/w/workspace/src/pkg/file%d.go","rule":"tools.write_file","seq":%d,"time":"2026-12-03T08:00:00.000000000Z","tool":"write_file","verdict":"allow","hash":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`+"\n", i, id, i, i, i, 2*i)
+		fmt.Fprintf(w, `{"call_id":"%s","kind":"result","policy_version":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","prev":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","principal":{"gid":1000,"name":"agent","pid":4242,"uid":1000},"reason":"allowed","resource":"/srv/w/workspace/src/pkg/file%d.go","result":{"bytes":0,"durable":true,"duration_ms":2.1,"ok":true,"sha256":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","size":4096,"truncated":false},"seq":%d,"time":"2026-12-03T08:00:00.000000000Z","tool":"write_file","verdict":"allow","hash":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`+"\n", id, i, 2*i+1)
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	fi, _ := f.Stat()
+	f.Close()
+	b.SetBytes(fi.Size())
+	for b.Loop() {
+		pws, err := pendingWrites(p)
+		if err != nil || len(pws) != 0 {
+			b.Fatalf("%d pending, %v", len(pws), err)
+		}
 	}
 }

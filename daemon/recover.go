@@ -200,8 +200,10 @@ func pendingWrites(ledgerPath string) ([]pendingWrite, error) {
 		}
 		if len(line) > 0 {
 			isDecision := bytes.Contains(line, kindDecision) && bytes.Contains(line, opWrite)
-			isResult := bytes.Contains(line, kindResult)
-			if isDecision || isResult {
+			isResult := !isDecision && len(pending) > 0 && bytes.Contains(line, kindResult)
+			if id, ok := resultCallID(line); isResult && ok {
+				delete(pending, id) // the common case, without a decode
+			} else if isDecision || isResult {
 				var r scanRec
 				if json.Unmarshal(line, &r) == nil && r.CallID != "" {
 					switch {
@@ -236,6 +238,39 @@ func pendingWrites(ledgerPath string) ([]pendingWrite, error) {
 		}
 	}
 	return out, nil
+}
+
+// resultCallID reads a result record's call id from the front of its
+// line, as the ledger writes it (keys in order, compact): `{"call_id":"ID"`,
+// an optional `,"detail":"…"`, then `,"kind":"result"`. Anything else is
+// not ok, and the caller decodes the line.
+func resultCallID(line []byte) (string, bool) {
+	rest, ok := bytes.CutPrefix(line, []byte(`{"call_id":"`))
+	if !ok {
+		return "", false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i <= 0 || bytes.IndexByte(rest[:i], '\\') >= 0 {
+		return "", false
+	}
+	id, rest := string(rest[:i]), rest[i+1:]
+	if r, ok := bytes.CutPrefix(rest, []byte(`,"detail":"`)); ok {
+		// skip the string: to the first quote not escaped
+		j := 0
+		for ; j < len(r) && r[j] != '"'; j++ {
+			if r[j] == '\\' {
+				j++
+			}
+		}
+		if j >= len(r) {
+			return "", false
+		}
+		rest = r[j+1:]
+	}
+	if !bytes.HasPrefix(rest, []byte(`,"kind":"result"`)) {
+		return "", false
+	}
+	return id, true
 }
 
 // removeTemp removes one temp path beneath base (openat2 resolution of

@@ -223,3 +223,20 @@ func BenchmarkPendingWrites(b *testing.B) {
 		}
 	}
 }
+
+func TestResultCallID(t *testing.T) {
+	for line, want := range map[string]string{
+		`{"call_id":"c-1","kind":"result","seq":2}`:                                    "c-1",
+		`{"call_id":"c-2","detail":"a \"quoted\" \\ detail","kind":"result","seq":2}`:  "c-2",
+		`{"call_id":"c-3","kind":"decision","seq":2}`:                                  "",
+		`{"args":{"call_id":"c-4","kind":"result"},"call_id":"c-5","kind":"decision"}`: "",
+		`{"call_id":"c-6","detail":"x\",\"kind\":\"result\"","kind":"decision"}`:       "",
+		`{"call_id":"c\\"7","kind":"result"}`:                                          "",
+		`{"call_id":"c-8","detail":"unterminated`:                                      "",
+	} {
+		got, ok := resultCallID([]byte(line))
+		if got != want || ok != (want != "") {
+			t.Errorf("%s: %q %v, want %q", line, got, ok, want)
+		}
+	}
+}

@@ -74,6 +74,14 @@ func appendCallResult(b []byte, r *api.CallResult) (_ []byte, ok bool) {
 		b = append(b, `,"signal":`...)
 		b = appendJSONString(b, r.Signal)
 	}
+	if r.HTTPStatus != 0 {
+		b = append(b, `,"http_status":`...)
+		b = strconv.AppendInt(b, int64(r.HTTPStatus), 10)
+	}
+	if r.ContentType != "" {
+		b = append(b, `,"content_type":`...)
+		b = appendJSONString(b, r.ContentType)
+	}
 	return append(b, '}'), true
 }
 

@@ -91,7 +91,8 @@ func FuzzCallResultJSON(f *testing.F) {
 	f.Add("c-1", "<>&\u2028", false, "\xff", "", int64(math.MinInt64), 1e21, false, false, int32(math.MinInt32))
 	f.Fuzz(func(t *testing.T, id, output string, hasOutput bool, stderr, other string, n int64, ms float64, hasExit, ok bool, exit int32) {
 		r := api.CallResult{CallID: id, Verdict: api.Verdict(other), Reason: api.Reason(stderr), OK: ok, OutputB64: other, Stderr: stderr,
-			Truncated: hasOutput, Bytes: n, Resource: output, PolicyVersion: other, DurationMS: ms, ApprovalID: id, SHA256: stderr, Signal: other}
+			Truncated: hasOutput, Bytes: n, Resource: output, PolicyVersion: other, DurationMS: ms, ApprovalID: id, SHA256: stderr, Signal: other,
+			HTTPStatus: int(exit), ContentType: output}
 		if hasOutput {
 			r.Output = &output
 		}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -188,8 +189,9 @@ func pendingWrites(ledgerPath string) ([]pendingWrite, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Only the writes still pending are kept: memory is bounded by the
+	// writes in flight at the crash, not by the run's.
 	pending := map[string]*pendingWrite{}
-	var order []string
 	br := bufio.NewReaderSize(io.NewSectionReader(f, from, fi.Size()-from), 1<<20)
 	for {
 		line, err := br.ReadSlice('\n')
@@ -214,9 +216,6 @@ func pendingWrites(ledgerPath string) ([]pendingWrite, error) {
 								pw.temps = append(pw.temps, path.Join(res.RootPath, path.Dir(res.Rel), writeTempName(r.CallID)))
 							}
 						}
-						if pending[r.CallID] == nil {
-							order = append(order, r.CallID)
-						}
 						pending[r.CallID] = pw
 					case r.Kind == audit.KindResult:
 						delete(pending, r.CallID)
@@ -231,12 +230,12 @@ func pendingWrites(ledgerPath string) ([]pendingWrite, error) {
 			return nil, err
 		}
 	}
-	var out []pendingWrite
-	for _, id := range order {
-		if pw := pending[id]; pw != nil {
-			out = append(out, *pw)
-		}
+	out := make([]pendingWrite, 0, len(pending))
+	for _, pw := range pending {
+		out = append(out, *pw)
 	}
+	// Call ids are ULIDs: in the order the calls came.
+	slices.SortFunc(out, func(a, b pendingWrite) int { return strings.Compare(a.callID, b.callID) })
 	return out, nil
 }
 

@@ -199,7 +199,6 @@ type Daemon struct {
 	approvals *approvals // calls waiting for a human
 	events    *eventHub  // followers of GET /v1/events
 	locks     fileop.Locks
-	temps     *tempJournal
 	// stopCalls ends every call's context with errShutdown.
 	stopCalls context.CancelCauseFunc
 	// drops rate limits decision records of unmapped uids (ratelimit.go).
@@ -260,23 +259,23 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	temps, err := openTempJournal(cfg.StateDir)
-	if err != nil {
-		return err
-	}
-	defer temps.close()
-	d.temps = temps
-	if n, err := temps.sweep(pol.base); err != nil {
-		d.log.Warn("sweep of write temp files incomplete", "removed", n, "err", err)
-	} else if n > 0 {
-		d.log.Warn("removed temp files an interrupted write left", "count", n)
-	}
 	closeSpill, err := d.approvals.openSpill(cfg.StateDir, d.log)
 	if err != nil {
 		return err
 	}
 	defer closeSpill()
-	ledger, rec, err := openLedger(filepath.Join(cfg.StateDir, "audit.jsonl"), audit.Options{Logger: d.log})
+	ledgerPath := filepath.Join(cfg.StateDir, "audit.jsonl")
+	// Set on a clean stop (every call ended): after the ledger is closed,
+	// a marker lets the next start skip the interrupted-write scan.
+	cleanStop := false
+	defer func() {
+		if cleanStop {
+			if err := writeCleanStop(cfg.StateDir, ledgerPath); err != nil {
+				d.log.Warn("could not write the clean-stop marker; the next start scans the ledger", "err", err)
+			}
+		}
+	}()
+	ledger, rec, err := openLedger(ledgerPath, audit.Options{Logger: d.log})
 	if err != nil {
 		return err
 	}
@@ -286,6 +285,10 @@ func Run(ctx context.Context, cfg Config) error {
 	defer d.drops.close() // before the ledger closes
 	if rec.CutBytes > 0 {
 		d.log.Warn("audit ledger had a torn last record; cut it", "bytes", rec.CutBytes, "after_seq", rec.LastSeq)
+	}
+	// Before the start record: the next start's scan stops at it.
+	if err := d.recoverWrites(pol.base, ledgerPath); err != nil {
+		return err
 	}
 	if err := d.auditPolicy(pol, "start"); err != nil {
 		return err
@@ -378,6 +381,7 @@ func Run(ctx context.Context, cfg Config) error {
 				"conns_evicted", evicted, "conns_refused", refused, "calls_in_flight", d.calls.inFlight())
 			d.shutdown(srv)
 			d.closePolicy()
+			cleanStop = d.calls.inFlight() == 0
 			return nil
 		}
 	}

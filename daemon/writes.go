@@ -3,16 +3,10 @@
 package daemon
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path"
-	"path/filepath"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -26,7 +20,7 @@ import (
 
 // parentRef is a write's or delete's parent directory, resolved beneath a
 // root, and the final name in it; rootPath is the root as the manifest
-// writes it (for the temp journal).
+// writes it.
 type parentRef struct {
 	p        *fileop.Parent
 	root     *securefs.Root
@@ -158,15 +152,46 @@ func execWrite(c *call, _ func(string, []byte)) *outcome {
 		Mode: mode, Perm: fs.FileMode(c.tool.EffectiveFileMode()),
 		// New files belong to whoever owns the root, not to root.
 		UID: int(st.Uid), GID: int(st.Gid),
-		Check:      c.commitCheck,
-		OnTemp:     func(dir *fileop.Parent, name string) error { return c.d.temps.add(c.p, pr.rootPath, dir, name) },
-		OnTempDone: func(dir *fileop.Parent, name string) { c.d.temps.done(pr.rootPath, dir, name) },
-		MinFree:    c.d.cfg.MinFree,
+		// The parent is checked again at commit: had it moved after the
+		// temp was named, the write is abandoned and the temp removed.
+		Check: func(cur fileop.Current) error {
+			if err := c.checkParentAt(pr.p); err != nil {
+				return err
+			}
+			return c.commitCheck(cur)
+		},
+		// The temp name is derived from the call id: the decision record,
+		// durable before this runs, names the parent (root_path and rel)
+		// and the call, which is all start-up recovery needs to find a
+		// temp file a crash left (recover.go). No journal, no extra sync.
+		TempName: writeTempName(c.id),
+		OnTemp:   func(dir *fileop.Parent, _ string) error { return c.checkParentAt(dir) },
+		MinFree:  c.d.cfg.MinFree,
 	})
 	if err != nil && !errors.Is(err, fileop.ErrNotDurable) {
 		return c.commitOutcome(err, "write")
 	}
 	return c.committed(err, "write", res.SHA256, res.Bytes)
+}
+
+// writeTempName is the temporary name a write of call id uses beside its
+// target: recovery derives it from the decision record the same way.
+func writeTempName(id string) string { return fileop.TempPrefix + id }
+
+// checkParentAt runs right before the temp name is created: the parent
+// must still be where the decision record says (its rel, from the
+// kernel's name for the fd), or recovery would look for the temp file in
+// the wrong place. A directory moved since the decision fails the write
+// (precondition_failed); nothing was named yet.
+func (c *call) checkParentAt(dir *fileop.Parent) error {
+	_, rel, err := dir.Locate()
+	if err != nil {
+		return err
+	}
+	if c.dec.Resource == nil || rel != c.dec.Resource.Rel {
+		return fmt.Errorf("parent of %q moved since the decision: %w", dir.Name, fileop.ErrChanged)
+	}
+	return nil
 }
 
 func execDelete(c *call, _ func(string, []byte)) *outcome {
@@ -182,114 +207,3 @@ func execDelete(c *call, _ func(string, []byte)) *outcome {
 	}
 	return c.committed(err, "delete", res.SHA256, res.Size)
 }
-
-// tempJournal records, durably and before it exists, every temp name a
-// write creates in a workspace (an overwrite links its new content to a
-// temp name, then renames it over), so that a crash leaves no stray temp
-// file after the next start's sweep. Lines: {"add"|"done", path from
-// base}. The journal lives in the state dir.
-type tempJournal struct {
-	mu   sync.Mutex
-	f    *os.File
-	path string
-}
-
-type tempEntry struct {
-	Op   string `json:"op"`
-	Path string `json:"path"` // relative to base
-}
-
-func openTempJournal(stateDir string) (*tempJournal, error) {
-	p := filepath.Join(stateDir, "write-temps.jsonl")
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("temp journal: %w", err)
-	}
-	return &tempJournal{f: f, path: p}, nil
-}
-
-func tempPath(rootPath string, dir *fileop.Parent, name string) (string, error) {
-	_, rel, err := dir.Locate()
-	if err != nil {
-		return "", err
-	}
-	// rel is the final name's path from the root; the temp sits beside it.
-	return path.Join(rootPath, path.Dir(rel), name), nil
-}
-
-func (j *tempJournal) write(e tempEntry, sync bool) error {
-	b, _ := json.Marshal(e)
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if _, err := j.f.Write(append(b, '\n')); err != nil {
-		return err
-	}
-	if sync {
-		return unix.Fdatasync(int(j.f.Fd()))
-	}
-	return nil
-}
-
-// add is durable before the temp name exists: an error aborts the write.
-func (j *tempJournal) add(_ *policy, rootPath string, dir *fileop.Parent, name string) error {
-	p, err := tempPath(rootPath, dir, name)
-	if err != nil {
-		return err
-	}
-	return j.write(tempEntry{Op: "add", Path: p}, true)
-}
-
-func (j *tempJournal) done(rootPath string, dir *fileop.Parent, name string) {
-	if p, err := tempPath(rootPath, dir, name); err == nil {
-		_ = j.write(tempEntry{Op: "done", Path: p}, false)
-	}
-}
-
-// sweep removes the temp names the journal says were made and not
-// finished (a crash), resolving each beneath base, then empties the
-// journal. A name that is gone, or is not a regular file with the temp
-// prefix, is left alone.
-func (j *tempJournal) sweep(base *securefs.Root) (removed int, err error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if _, err := j.f.Seek(0, 0); err != nil {
-		return 0, err
-	}
-	pending := map[string]bool{}
-	var order []string
-	sc := bufio.NewScanner(j.f)
-	for sc.Scan() {
-		var e tempEntry
-		if json.Unmarshal(sc.Bytes(), &e) != nil {
-			continue // a torn last line
-		}
-		switch e.Op {
-		case "add":
-			if !pending[e.Path] {
-				order = append(order, e.Path)
-			}
-			pending[e.Path] = true
-		case "done":
-			delete(pending, e.Path)
-		}
-	}
-	for _, p := range order {
-		if !pending[p] {
-			continue
-		}
-		pp, err := fileop.ResolveParent(base, p)
-		if err != nil {
-			continue
-		}
-		if fileop.RemoveTemp(pp, pp.Name) == nil {
-			removed++
-		}
-		pp.Close()
-	}
-	if err := j.f.Truncate(0); err != nil {
-		return removed, err
-	}
-	return removed, unix.Fdatasync(int(j.f.Fd()))
-}
-
-func (j *tempJournal) close() { j.f.Close() }

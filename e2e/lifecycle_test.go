@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -16,6 +18,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/escapetest"
@@ -197,6 +202,110 @@ func TestWriteKilledMidway(t *testing.T) {
 	}
 	if o, _, code := sluice(t, "", "audit", "verify", d.ledger()); code != 0 {
 		t.Fatalf("audit verify after the crash: %s", o)
+	}
+}
+
+// TestWriteKilledAtTemp: sluiced is SIGKILLed after an overwrite's temp
+// file got its name (the call id's) and before the rename over the
+// target. The kill waits on the temp name's IN_CREATE; the target is
+// large and the call carries if_match, so the hash at commit holds the
+// window open. After the kill the temp file is there; after a restart it
+// is gone, the target has its old content, a recovered record names the
+// call, and the ledger verifies.
+func TestWriteKilledAtTemp(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	m := writeFile(t, fx.Base, "write.json", `{"schema_version":1,"tools":{
+	  "w":{"operation":"write","roots":["workspace/src"]}}}`)
+	dir := filepath.Join(fx.Base, "workspace/src")
+	target := filepath.Join(dir, "big.bin")
+	old := bytes.Repeat([]byte("A"), 48<<20)
+	testutil.Must(t, os.WriteFile(target, old, 0o644))
+	sum := sha256.Sum256(old)
+	ifMatch := "sha256:" + hex.EncodeToString(sum[:])
+
+	var killed string // the temp name found after the kill
+	for attempt := 0; attempt < 3 && killed == ""; attempt++ {
+		d := startOwnDaemon(t, m)
+		in, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		testutil.Must(t, err)
+		_, err = unix.InotifyAddWatch(in, dir, unix.IN_CREATE)
+		testutil.Must(t, err)
+		temps := make(chan string, 1)
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := unix.Read(in, buf)
+				if err != nil || n <= 0 {
+					return
+				}
+				for off := 0; off+unix.SizeofInotifyEvent <= n; {
+					ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+					name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+					off += unix.SizeofInotifyEvent + int(ev.Len)
+					if strings.HasPrefix(name, ".sluice-tmp-") {
+						temps <- name
+						return
+					}
+				}
+			}
+		}()
+		args, _ := json.Marshal(map[string]any{"path": "workspace/src/big.bin", "content": "new\n", "if_match": ifMatch})
+		done := make(chan error, 1)
+		go func() {
+			_, err := d.c.Call(context.Background(), api.CallRequest{Tool: "w", Args: args})
+			done <- err
+		}()
+		var name string
+		select {
+		case name = <-temps:
+		case err := <-done:
+			t.Fatalf("the write ended before its temp name appeared: %v", err)
+		case <-time.After(60 * time.Second):
+			t.Fatal("no temp name within 60 s")
+		}
+		d.cmd.Process.Kill()
+		<-d.exited
+		d.cmd = nil
+		<-done
+		unix.Close(in) // ends the reader
+		if exists(filepath.Join(dir, name)) {
+			killed = name
+		} else {
+			t.Logf("attempt %d: the rename won the race; again", attempt)
+			testutil.Must(t, os.WriteFile(target, old, 0o644))
+		}
+		if killed != "" {
+			d.start()
+			d.stop()
+			if exists(filepath.Join(dir, killed)) {
+				t.Fatalf("the temp file %s survived the restart", killed)
+			}
+			ents, err := os.ReadDir(dir)
+			testutil.Must(t, err)
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), ".sluice-tmp-") {
+					t.Fatalf("a temp file survived the restart: %s", e.Name())
+				}
+			}
+			b, err := os.ReadFile(target)
+			testutil.Must(t, err)
+			if !bytes.Equal(b, old) {
+				t.Fatalf("the target changed: %d bytes, starting %q", len(b), b[:min(8, len(b))])
+			}
+			led, err := os.ReadFile(d.ledger())
+			testutil.Must(t, err)
+			callID := strings.TrimPrefix(killed, ".sluice-tmp-")
+			if !bytes.Contains(led, []byte(`"call_id":"`+callID+`","detail":"removed the temp file of an interrupted write: workspace/src/`+killed+`","kind":"recovered"`)) {
+				t.Errorf("no recovered record names the call %s:\n%s", callID, led)
+			}
+			if o, _, code := sluice(t, "", "audit", "verify", d.ledger()); code != 0 {
+				t.Fatalf("audit verify after the crash: %s", o)
+			}
+		}
+	}
+	if killed == "" {
+		t.Fatal("the kill never landed between the temp name and the rename")
 	}
 }
 

@@ -26,6 +26,7 @@ TARGETS=(
   daemon:FuzzCallBody
   daemon:FuzzStreamEvents
   daemon:FuzzLoadMounts
+  daemon:FuzzCallResultJSON
   internal/foldname:FuzzKey
   internal/securefs:FuzzResolve
   egress/netpolicy:FuzzParseURL

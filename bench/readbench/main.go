@@ -8,8 +8,11 @@
 // table: each of the Performance issue's read-path goals, as the value or
 // ratio it is stated in, and whether this run met it.
 //
-//	readbench --bin bin [--base DIR] [--n 3000] [--seconds 5] [--clients 1,2,4,8]
+//	readbench --bin bin [--base DIR] [--n 3000] [--seconds 5] [--clients 1,2,4,8] [--writes N [--writes-only]]
 //
+// --writes N adds write_file overwrites of a 4 KiB file (N per daemon,
+// interleaved) beside the floor of a durable atomic replace, with each
+// daemon's CPU per call.
 // --base runs a second sluiced (a baseline build) beside the first, its
 // calls interleaved with the others', so that an A/B on a busy machine
 // compares like with like.
@@ -52,6 +55,8 @@ func main() {
 	secs := flag.Float64("seconds", 4, "seconds per throughput measurement")
 	clientsFlag := flag.String("clients", "1,2,4,8", "client counts for the throughput rows")
 	work := flag.String("dir", "", "work dir on a real disk (default: a temp dir under /var/tmp)")
+	writes := flag.Int("writes", 0, "also measure N sequential write_file overwrites of a 4 KiB file per daemon, interleaved, against the atomic-replace floor")
+	writesOnly := flag.Bool("writes-only", false, "with --writes: skip the read rows")
 	flag.Parse()
 	if *work == "" {
 		d, err := os.MkdirTemp("/var/tmp", "sluice-bench")
@@ -71,7 +76,7 @@ func main() {
 	file := filepath.Join(ws, "four_k.txt")
 	check(os.WriteFile(file, body, 0o644))
 	manifest := filepath.Join(*work, "manifest.json")
-	check(os.WriteFile(manifest, []byte(`{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src"]}}}`), 0o644))
+	check(os.WriteFile(manifest, []byte(`{"schema_version":1,"tools":{"read_file":{"operation":"read","roots":["workspace/src"]},"write_file":{"operation":"write","roots":["workspace/src"],"mode":"overwrite"}}}`), 0o644))
 
 	// sluiced (and the baseline's), each with its own state dir on the
 	// same disk
@@ -112,6 +117,39 @@ func main() {
 	defer func() { nsrv.Process.Kill(); nsrv.Wait() }()
 	noop := client.New(noopSock)
 	waitReady(func() error { _, err := noop.Health(context.Background()); return err })
+
+	if *writes > 0 {
+		var names []string
+		var fns []func() error
+		for _, sd := range daemons {
+			names = append(names, sd.name)
+			fns = append(fns, writeCall(sd.c, ws, sd.name+"-w.txt", body))
+		}
+		names = append(names, "floor: write+fsync, rename, fsync dir")
+		fns = append(fns, replaceFloor(ws, body))
+		for _, fn := range fns {
+			for range 50 {
+				check(fn())
+			}
+		}
+		var cpu0 []time.Duration
+		for _, sd := range daemons {
+			cpu0 = append(cpu0, cpuTime(sd.cmd.Process.Pid))
+		}
+		lat := interleaved(*writes, fns...)
+		fmt.Printf("\nwrite_file overwrite of a 4 KiB file, %d sequential calls each, interleaved (µs)\n", *writes)
+		fmt.Printf("%-44s %9s %9s %9s %9s\n", "", "p50", "p95", "p99", "cpu/call")
+		for i, name := range names {
+			cpu := ""
+			if i < len(daemons) {
+				cpu = fmt.Sprintf("%9.0f", us(cpuTime(daemons[i].cmd.Process.Pid)-cpu0[i])/float64(*writes))
+			}
+			fmt.Printf("%-44s %9.0f %9.0f %9.0f %9s\n", name, us(pct(lat[i], 50)), us(pct(lat[i], 95)), us(pct(lat[i], 99)), cpu)
+		}
+		if *writesOnly {
+			return
+		}
+	}
 
 	req := api.CallRequest{Tool: "read_file", Args: json.RawMessage(`{"path":"workspace/src/four_k.txt"}`)}
 	call := func(cl *client.Client) func() error {
@@ -266,6 +304,58 @@ func fsyncFloor(dir string) (func() error, func()) {
 
 // interleaved runs the fns round-robin n times each and returns each one's
 // sorted latencies.
+// writeCall overwrites ws/name with body (alternating its last byte, so
+// every call changes the file) through sluiced.
+func writeCall(c *client.Client, ws, name string, body []byte) func() error {
+	check(os.WriteFile(filepath.Join(ws, name), body, 0o644))
+	i := 0
+	return func() error {
+		b := bytes.Clone(body)
+		b[len(b)-1] = byte('a' + i%2)
+		i++
+		args, _ := json.Marshal(map[string]any{"path": "workspace/src/" + name, "content": string(b)})
+		res, err := c.Call(context.Background(), api.CallRequest{Tool: "write_file", Args: args})
+		if err != nil {
+			return err
+		}
+		if !res.OK {
+			return fmt.Errorf("write: %+v", res)
+		}
+		return nil
+	}
+}
+
+// replaceFloor is the floor of a durable atomic overwrite, in-process:
+// write a temp file, fsync it, rename it over the target, fsync the
+// directory (2 syncs).
+func replaceFloor(ws string, body []byte) func() error {
+	target, tmp := filepath.Join(ws, "floor-w.txt"), filepath.Join(ws, ".floor-w.tmp")
+	return func() error {
+		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(body); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		f.Close()
+		if err := os.Rename(tmp, target); err != nil {
+			return err
+		}
+		d, err := os.Open(ws)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return d.Sync()
+	}
+}
+
 func interleaved(n int, fns ...func() error) [][]time.Duration {
 	out := make([][]time.Duration, len(fns))
 	for range n {

@@ -21,9 +21,10 @@
 // is evaluated on the file as it is at commit time, after the content is
 // durable and immediately before the link or rename; Locks serializes the
 // daemon's own writers and deleters of one name so that between them the
-// precondition cannot go stale. Temporary names are reported through
-// hooks so the daemon can journal them and sweep them with RemoveTemp
-// after a crash.
+// precondition cannot go stale. The daemon names the temporary file
+// (WriteOptions.TempName: from the call id, which its durable decision
+// record names) so that after a crash it finds it from the ledger and
+// removes it with RemoveTemp; hooks report each temporary name.
 //
 // Space is budgeted: a write that would leave its file system (fstatfs on
 // the parent's fd) below a Reserve is refused before a byte is written,

@@ -712,3 +712,45 @@ func TestParseWriteMode(t *testing.T) {
 		t.Error("the zero mode must be Create: it never destroys anything")
 	}
 }
+
+// TestWriteTempName: with TempName set, an overwrite's temporary name is
+// that one (the only name OnTemp sees) on every variant; a name already
+// taken fails the write with EEXIST and is left as it was; a name without
+// the prefix is refused.
+func TestWriteTempName(t *testing.T) {
+	const name = TempPrefix + "c-01CALLID"
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			f := newFixture(t, v.mode)
+			target := filepath.Join(f.dir, "f.txt")
+			put(t, target, "old\n")
+			var seen []string
+			opts := WriteOptions{Mode: Overwrite, TempName: name, noTmpfile: v.noTmpfile,
+				OnTemp: func(_ *Parent, n string) error { seen = append(seen, n); return nil }}
+			p := f.parent(t, "f.txt")
+			if _, err := Write(p, []byte("new\n"), opts); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(seen, ",") != name {
+				t.Fatalf("temp names %v, want only %s", seen, name)
+			}
+			if b, _ := os.ReadFile(target); string(b) != "new\n" {
+				t.Fatalf("target %q", b)
+			}
+			put(t, filepath.Join(f.dir, name), "someone's")
+			if _, err := Write(p, []byte("newer\n"), opts); !errors.Is(err, unix.EEXIST) {
+				t.Fatalf("taken temp name: %v, want EEXIST", err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(f.dir, name)); string(b) != "someone's" {
+				t.Fatalf("the taken name changed: %q", b)
+			}
+			if b, _ := os.ReadFile(target); string(b) != "new\n" {
+				t.Fatalf("target %q after a failed write", b)
+			}
+			opts.TempName = "plain"
+			if _, err := Write(p, []byte("x"), opts); !errors.Is(err, ErrBadName) {
+				t.Fatalf("temp name without the prefix: %v", err)
+			}
+		})
+	}
+}

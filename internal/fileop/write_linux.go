@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"runtime"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -65,11 +66,18 @@ type WriteOptions struct {
 	// committed and no temporary file remains; Write returns that error
 	// wrapped. It may run more than once when the name changes under it.
 	Check func(Current) error
+	// TempName, if set, is the one temporary name the write may use (it
+	// must start with TempPrefix): the daemon derives it from the call id,
+	// which its durable decision record already names, so a crash's
+	// leftover can be found without a journal of its own. The name is
+	// tried once: if it exists, the write fails (EEXIST) and leaves it.
+	// Empty: a random name, retried on a collision.
+	TempName string
 	// OnTemp, if set, is called with each temporary name before it is
-	// created, so it can be journaled; an error aborts the write. OnTempDone
-	// is called once that name is gone again (renamed over the target or
-	// removed) and the directory fsynced. A name reported by OnTemp without
-	// OnTempDone may be left by a crash: RemoveTemp sweeps it.
+	// created (an error aborts the write); OnTempDone once that name is
+	// gone again (renamed over the target or removed) and the directory
+	// fsynced. A name reported by OnTemp without OnTempDone may be left by
+	// a crash: RemoveTemp sweeps it.
 	OnTemp     func(dir *Parent, tmpName string) error
 	OnTempDone func(dir *Parent, tmpName string)
 	// MinFree is the space the write must leave on the parent's file
@@ -271,6 +279,26 @@ type temp struct {
 // maxNameAttempts bounds retries on a colliding random name.
 const maxNameAttempts = 16
 
+// names is how many temporary names to try: opts.TempName once, or up to
+// maxNameAttempts random ones.
+func (t *temp) names() int {
+	if t.opts.TempName != "" {
+		return 1
+	}
+	return maxNameAttempts
+}
+
+// newName is the next temporary name to try.
+func (t *temp) newName() (string, error) {
+	if n := t.opts.TempName; n != "" {
+		if !strings.HasPrefix(n, TempPrefix) || checkName(n) != nil {
+			return "", fmt.Errorf("temp name %q: %w", n, ErrBadName)
+		}
+		return n, nil
+	}
+	return tempName(), nil
+}
+
 func tempName() string {
 	var b [12]byte
 	rand.Read(b[:])
@@ -291,8 +319,11 @@ func openTemp(p *Parent, opts *WriteOptions) (*temp, error) {
 			return nil, fmt.Errorf("open O_TMPFILE: %w", err)
 		}
 	}
-	for range maxNameAttempts {
-		name := tempName()
+	for range t.names() {
+		name, err := t.newName()
+		if err != nil {
+			return nil, err
+		}
 		if err := t.announce(name); err != nil {
 			return nil, err
 		}
@@ -374,15 +405,18 @@ func (t *temp) setMeta(m meta) (bool, error) {
 	return changed, nil
 }
 
-// link gives the unnamed O_TMPFILE inode a random temporary name.
+// link gives the unnamed O_TMPFILE inode its temporary name.
 func (t *temp) link() error {
 	defer runtime.KeepAlive(t.f)
-	for range maxNameAttempts {
-		name := tempName()
+	for range t.names() {
+		name, err := t.newName()
+		if err != nil {
+			return err
+		}
 		if err := t.announce(name); err != nil {
 			return err
 		}
-		err := unix.Linkat(unix.AT_FDCWD, procFd(int(t.f.Fd())), t.p.fd(), name, unix.AT_SYMLINK_FOLLOW)
+		err = unix.Linkat(unix.AT_FDCWD, procFd(int(t.f.Fd())), t.p.fd(), name, unix.AT_SYMLINK_FOLLOW)
 		if err == nil {
 			t.name = name
 			return nil

@@ -1,0 +1,27 @@
+//go:build linux
+
+package daemon
+
+import (
+	"errors"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/fileop"
+)
+
+// The daemon's half of delete (authz/op_delete.go is its pure half): the
+// final name is removed from the parent resolved for the call, never
+// followed, only if the file is still as the call requires.
+func execDelete(c *call, _ func(string, []byte)) *outcome {
+	pr := c.parents[c.dec.Resource.Root]
+	if pr == nil {
+		return &outcome{reason: api.ReasonInternalError}
+	}
+	unlock := c.d.locks.Lock(pr.p)
+	defer unlock()
+	res, err := fileop.DeleteContext(c.ctx, pr.p, c.commitCheck)
+	if err != nil && !errors.Is(err, fileop.ErrNotDurable) {
+		return c.commitOutcome(err, "delete")
+	}
+	return c.committed(err, "delete", res.SHA256, res.Size)
+}

@@ -1,0 +1,65 @@
+//go:build linux
+
+package daemon
+
+import (
+	"errors"
+	"io/fs"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/fileop"
+)
+
+// The daemon's half of write (authz/op_write.go is its pure half): the
+// content is written beside the target under a temp name from the call id
+// and renamed over it only if the file is still as the call requires
+// (writes.go: the commit machinery write and delete share).
+func execWrite(c *call, _ func(string, []byte)) *outcome {
+	pr := c.parents[c.dec.Resource.Root]
+	if pr == nil {
+		return &outcome{reason: api.ReasonInternalError}
+	}
+	mode, err := fileop.ParseWriteMode(string(c.areq.Mode))
+	if err != nil {
+		return &outcome{reason: api.ReasonInternalError}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(pr.root.Fd()), &st); err != nil {
+		return c.commitOutcome(err, "write")
+	}
+	unlock := c.d.locks.Lock(pr.p)
+	defer unlock()
+	if testHookBeforeCommit != nil {
+		testHookBeforeCommit(c)
+	}
+	res, err := fileop.Write(pr.p, c.content, fileop.WriteOptions{
+		Mode: mode, Perm: fs.FileMode(c.tool.EffectiveFileMode()),
+		// New files belong to whoever owns the root, not to root.
+		UID: int(st.Uid), GID: int(st.Gid),
+		// The parent is checked again at commit: had it moved after the
+		// temp was named, the write is abandoned and the temp removed.
+		Check: func(cur fileop.Current) error {
+			if err := c.checkParentAt(pr.p); err != nil {
+				return err
+			}
+			return c.commitCheck(cur)
+		},
+		// The temp name is derived from the call id: the decision record,
+		// durable before this runs, names the parent (root_path and rel)
+		// and the call, which is all start-up recovery needs to find a
+		// temp file a crash left (recover.go). No journal, no extra sync.
+		TempName: writeTempName(c.id),
+		OnTemp:   func(dir *fileop.Parent, _ string) error { return c.checkParentAt(dir) },
+		MinFree:  c.d.cfg.MinFree,
+	})
+	if err != nil && !errors.Is(err, fileop.ErrNotDurable) {
+		return c.commitOutcome(err, "write")
+	}
+	return c.committed(err, "write", res.SHA256, res.Bytes)
+}
+
+// writeTempName is the temporary name a write of call id uses beside its
+// target: recovery derives it from the decision record the same way.
+func writeTempName(id string) string { return fileop.TempPrefix + id }

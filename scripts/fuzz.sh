@@ -50,6 +50,14 @@ else
   fi
 fi
 
+# deadline_flake: the run failed with nothing but the coordinator's
+# "context deadline exceeded": no failing input written, no panic, no
+# error of the target's own.
+deadline_flake() {
+  grep -q '^    context deadline exceeded$' "$1" &&
+    ! grep -q -e 'Failing input written' -e 'panic:' -e '_test\.go:[0-9]*:' "$1"
+}
+
 module=$(go list -m)
 cache="$(go env GOCACHE)/fuzz"
 out=$(mktemp)
@@ -61,7 +69,14 @@ for target in "${TARGETS[@]}"; do
   touch "$stamp"
   start=$SECONDS
   # -timeout 0: the test binary's own 10m default would cut a 10m run.
-  if go test $TAGS -run '^$' -fuzz "^${fn}\$" -fuzztime "$FUZZTIME" -timeout 0 "./$pkg/" >"$out" 2>&1; then
+  fuzz() { go test $TAGS -run '^$' -fuzz "^${fn}\$" -fuzztime "$FUZZTIME" -timeout 0 "./$pkg/" >"$out" 2>&1; }
+  if fuzz; then
+    status=ok passed=$((passed + 1))
+  elif deadline_flake "$out" && fuzz; then
+    # Go 1.26's fuzz coordinator can report its own -fuzztime deadline as
+    # a failure ("context deadline exceeded", no failing input written:
+    # go.dev/issue/75804, fixed in Go 1.27). That alone, and only once,
+    # is run again; anything else fails.
     status=ok passed=$((passed + 1))
   else
     status=FAIL failed=$((failed + 1))

@@ -221,17 +221,21 @@ func scenarioKill(dir string) (r row) {
 			still = append(still, l)
 		}
 	}
-	// The run dir's rootfs dir is a private bind of the runner's own,
-	// kept while it runs: the restart must take it over, not stack
-	// another on it. Every other mount the kill left must be gone.
-	rootfs := filepath.Join(d.run, "rootfs")
+	// The run dir's rootfs and state dirs are tmpfs mounts of the
+	// runner's own, kept while it runs (a crashed run's state stays
+	// mounted so the sweep finds its containers): the restart must take
+	// them over, not stack others on them. Every other mount the kill
+	// left must be gone.
+	owned := map[string]bool{filepath.Join(d.run, "rootfs"): true, filepath.Join(d.run, "state"): true}
 	for _, m := range mounts {
-		if m != rootfs && now["mountinfo "+m] {
+		if !owned[m] && now["mountinfo "+m] {
 			still = append(still, "mountinfo "+m)
 		}
 	}
-	if n := count(mountsUnder(dir), rootfs); n > 1 {
-		still = append(still, fmt.Sprintf("%d mounts stacked on %s", n, rootfs))
+	for m := range owned {
+		if n := count(mountsUnder(dir), m); n > 1 {
+			still = append(still, fmt.Sprintf("%d mounts stacked on %s", n, m))
+		}
 	}
 	for _, pid := range pids {
 		if alive(pid) {

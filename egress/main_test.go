@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestMain fails the package when goroutines of ours outlive the tests: a
@@ -23,22 +25,20 @@ func TestMain(m *testing.M) {
 }
 
 func waitLeaks(d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
+	var leaked []string
+	testutil.Poll(d, func() error {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
+		leaked = leaked[:0]
 		for _, g := range strings.Split(string(buf), "\n\n") {
 			if strings.Contains(g, "sluice/egress.") && !strings.Contains(g, "egress.TestMain") && !strings.Contains(g, "egress.waitLeaks") {
 				leaked = append(leaked, g)
 			}
 		}
-		if len(leaked) == 0 {
-			return ""
+		if len(leaked) > 0 {
+			return fmt.Errorf("%d leaked", len(leaked))
 		}
-		if time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return strings.Join(leaked, "\n\n")
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/testutil"
-	"github.com/sluicehq/sluice/sandbox"
 )
 
 // TestBreachClassesBlackBox runs variants of issue 7's classes against the
@@ -41,7 +40,7 @@ func TestBreachClassesBlackBox(t *testing.T) {
 	    "commands":[["sh","-c","cat ../src/.env ../src/conf/.env ../src/private/keys.txt ../src/x/y/z/w/v/k.pem 2>&1; ls -A ../src ../src/private ../src/x/y/z/w/v 2>&1; ./probe connect-unix ../src/agent.sock; ./probe write-fifo ../src/pipe; ./probe vsock; ./probe uevent; echo end"]]}}}`)
 	d := startDaemon(t, m)
 	if err := testutil.Poll(30*time.Second, func() error {
-		if n := sandbox.Containers(d.runDir); n < 2 {
+		if n := d.containers(); n < 2 {
 			return fmt.Errorf("%d of 2 containers", n)
 		}
 		return nil

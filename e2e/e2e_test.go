@@ -92,6 +92,15 @@ func startDaemon(t *testing.T, manifest string) *daemon {
 	return d
 }
 
+// containers counts the daemon's containers (their rootfs dirs), as its
+// own mount namespace shows them (see managedDaemon.nsRunDir).
+func (d *daemon) containers() int {
+	if d.managed != nil {
+		return sandbox.Containers(d.managed.nsRunDir())
+	}
+	return sandbox.Containers(d.runDir)
+}
+
 // startOwnDaemon starts a sluiced process of the test's own: for tests
 // that signal, kill or restart it.
 func startOwnDaemon(t *testing.T, manifest string) *daemon {

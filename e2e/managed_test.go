@@ -181,7 +181,27 @@ func (md *managedDaemon) leftovers() []string {
 	for _, l := range md.layouts {
 		out = append(out, sandbox.LeftoversIn(md.runDir, l)...)
 	}
+	if ns := md.nsRunDir(); ns != md.runDir {
+		ents, _ := os.ReadDir(filepath.Join(ns, "rootfs"))
+		for _, e := range ents {
+			out = append(out, "rootfs (in sluiced's mount namespace) "+e.Name())
+		}
+	}
 	return out
+}
+
+// nsRunDir is the run dir as the daemon's own mount namespace shows it
+// (/proc/PID/root/…). The service's ProtectSystem= gives sluiced a mount
+// namespace of its own, where its rootfs and state areas are tmpfs mounts
+// of its own that the host's namespace does not see: what is in them is
+// looked at there.
+func (md *managedDaemon) nsRunDir() string {
+	out, err := exec.Command("systemctl", "show", "-P", "MainPID", "sluiced.service").Output()
+	pid := strings.TrimSpace(string(out))
+	if err != nil || pid == "" || pid == "0" {
+		return md.runDir
+	}
+	return "/proc/" + pid + "/root" + md.runDir
 }
 
 func (md *managedDaemon) logs() string {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/testutil"
-	"github.com/sluicehq/sluice/sandbox"
 )
 
 // mcpTSManifest is served to the TypeScript client; the caller (root) is
@@ -104,7 +103,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	// The cancel ended the call in the daemon: its container is gone and
 	// its result record says cancelled, by whom.
 	if err := testutil.Poll(20*time.Second, func() error {
-		if n := sandbox.Containers(d.runDir); n != 0 {
+		if n := d.containers(); n != 0 {
 			return fmt.Errorf("%d containers still running after the cancel", n)
 		}
 		return nil

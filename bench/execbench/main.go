@@ -50,7 +50,7 @@ func main() {
 	n := flag.Int("n", 150, "latency samples per method")
 	secs := flag.Float64("seconds", 5, "seconds of the throughput run")
 	space := flag.Duration("space", 40*time.Millisecond, "pause between latency calls")
-	binOld := flag.String("bin-old", "", "directory holding a second (older) sluiced and sluice-helper: one more column in the view rows")
+	binOld := flag.String("bin-old", "", "directory holding a second (older) sluiced and sluice-helper: one more method in the execute rows (pooled, cold, and its own throughput run) and one more column in the view rows")
 	viewsOnly := flag.Bool("views", false, "run only the view rows (the FUSE view against bwrap --ro-bind)")
 	all := flag.Bool("all", false, "run the execute rows and the view rows")
 	viewN := flag.Int("view-n", 30, "samples per view row, per side")
@@ -59,7 +59,7 @@ func main() {
 	rivalsDir := flag.String("rivals-dir", filepath.Join(cache, "sluice-bench", "rivals"), "where --rivals installs the rivals")
 	demo := flag.String("demo", "profiles/examples/workspace", "the demo workspace, copied for the unittest row")
 	flag.Parse()
-	views := *viewsOnly || *all || *binOld != "" || *rivals
+	views := *viewsOnly || *all || *rivals
 	gap = *space
 	work, err := os.MkdirTemp("/var/tmp", "sluice-execbench")
 	check(err)
@@ -72,7 +72,7 @@ func main() {
 	check(os.WriteFile(file, bytes.Repeat([]byte("0123456789abcde\n"), 256), 0o644))
 	t0 := time.Now()
 	if !*viewsOnly {
-		execRows(work, ws, file, *bin, *n, *secs, *space)
+		execRows(work, ws, file, *bin, *binOld, *n, *secs, *space)
 	}
 	if views {
 		dir := ""
@@ -88,8 +88,10 @@ func main() {
 }
 
 // execRows is the original comparison: direct, bwrap, runc, sluice pooled
-// and cold, then throughput.
-func execRows(work, ws, file, bin string, n int, secs float64, space time.Duration) {
+// and cold, then throughput. With binOld, an older build's pooled and cold
+// rows run interleaved beside the others (same manifest, a daemon of its
+// own), and its throughput run follows the current build's.
+func execRows(work, ws, file, bin, binOld string, n int, secs float64, space time.Duration) {
 	// sluice
 	manifest := filepath.Join(work, "manifest.json")
 	tool := func(argv []string, pool int) string {
@@ -102,9 +104,15 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 		`,"true_tput":`+tool([]string{"/bin/true"}, 8)+`}}`), 0o644))
 	dm := startDaemon(bin, manifest, work, "")
 	defer dm.stop()
-	c, sock := dm.c, dm.sock
+	sock := dm.sock
+	var old *daemon
+	if binOld != "" {
+		old = startDaemon(binOld, manifest, work, "old-")
+		defer old.stop()
+	}
 	time.Sleep(500 * time.Millisecond) // pools fill
-	sluice := func(name string) func() error {
+	sluiceOn := func(d *daemon, name string) func() error {
+		c := d.c
 		return func() error {
 			res, err := c.Call(context.Background(), api.CallRequest{Tool: name})
 			if err == nil && !res.OK {
@@ -113,6 +121,7 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 			return err
 		}
 	}
+	sluice := func(name string) func() error { return sluiceOn(dm, name) }
 	// bwrap
 	bwrapArgs := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
 		"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -144,16 +153,23 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 			return run("runc", "run", "--bundle", bundle, fmt.Sprintf("sluice-bench-%d-%d", os.Getpid(), runcN))()
 		}
 	}
-	methods := []struct {
+	type method struct {
 		name       string
 		true_, cat func() error
 		tools      [2]string // sluice's tools: after each call, wait for their pools to be full (settle.go)
-	}{
-		{"direct fork/exec", run("/bin/true"), run("cat", file), [2]string{}},
-		{"bwrap --unshare-all", run("bwrap", append(bwrapArgs, "/bin/true")...), run("bwrap", append(bwrapArgs, "cat", file)...), [2]string{}},
-		{"runc run", runc("/bin/true"), runc("cat", file), [2]string{}},
-		{"sluice, warm pool", sluice("true_pool"), sluice("cat_pool"), [2]string{"true_pool", "cat_pool"}},
-		{"sluice, cold (pool 0)", sluice("true_cold"), sluice("cat_cold"), [2]string{"true_cold", "cat_cold"}},
+		d          *daemon   // whose pools
+	}
+	methods := []method{
+		{"direct fork/exec", run("/bin/true"), run("cat", file), [2]string{}, nil},
+		{"bwrap --unshare-all", run("bwrap", append(bwrapArgs, "/bin/true")...), run("bwrap", append(bwrapArgs, "cat", file)...), [2]string{}, nil},
+		{"runc run", runc("/bin/true"), runc("cat", file), [2]string{}, nil},
+		{"sluice, warm pool", sluice("true_pool"), sluice("cat_pool"), [2]string{"true_pool", "cat_pool"}, dm},
+		{"sluice, cold (pool 0)", sluice("true_cold"), sluice("cat_cold"), [2]string{"true_cold", "cat_cold"}, dm},
+	}
+	if old != nil {
+		methods = append(methods,
+			method{"old build, warm pool", sluiceOn(old, "true_pool"), sluiceOn(old, "cat_pool"), [2]string{"true_pool", "cat_pool"}, old},
+			method{"old build, cold", sluiceOn(old, "true_cold"), sluiceOn(old, "cat_cold"), [2]string{"true_cold", "cat_cold"}, old})
 	}
 	// Interleaved: sample i of every method and command runs before
 	// sample i+1 of any, in an order that rotates, so that the machine's
@@ -162,8 +178,8 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 	for _, m := range methods {
 		for k, fn := range []func() error{m.true_, m.cat} {
 			t := timed{run: fn}
-			if tool := m.tools[k]; tool != "" {
-				t.after = func() { dm.settle(tool) }
+			if tool, d := m.tools[k], m.d; tool != "" {
+				t.after = func() { d.settle(tool) }
 			}
 			fns = append(fns, t)
 		}
@@ -192,7 +208,26 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 	ratioGoal("execute /bin/true, cold (pool 0), p50", cold[0], runcP[0], "runc run", 0.5)
 	infoRow("cat, cold (pool 0), p50", fmt.Sprintf("%.2f× runc run (%.2f ms vs %.2f ms)", float64(cold[1])/float64(runcP[1]), ms(cold[1]), ms(runcP[1])))
 
-	// throughput: 8 clients back to back; then the refill rate bounds it
+	if old != nil {
+		o, oc := p50["old build, warm pool"], p50["old build, cold"]
+		infoRow("old build: /bin/true pooled, cold, p50", fmt.Sprintf("%.2f× bwrap, %.2f× runc run (%.2f ms, %.2f ms)",
+			float64(o[0])/float64(bw[0]), float64(oc[0])/float64(runcP[0]), ms(o[0]), ms(oc[0])))
+	}
+
+	rate, p95 := throughput("this build", sock, secs)
+	addGoal("execute /bin/true, 8 clients back to back", fmt.Sprintf("%.0f calls/s", rate), "≥ 120 calls/s", rate >= 120)
+	addGoal("execute /bin/true, 8 clients back to back, p95", fmt.Sprintf("%.1f ms", ms(p95)), "≤ 100 ms", p95 <= 100*time.Millisecond)
+	if old != nil {
+		dm.stop() // its pools' refills would take the old build's CPU
+		orate, op95 := throughput("old build", old.sock, secs)
+		infoRow("old build: 8 clients back to back", fmt.Sprintf("%.0f calls/s, p95 %.1f ms", orate, ms(op95)))
+	}
+}
+
+// throughput runs 8 clients back to back on the true_tput tool for secs
+// and prints and returns calls/s and the p95 latency: the refill rate
+// bounds it.
+func throughput(label, sock string, secs float64) (float64, time.Duration) {
 	var mu sync.Mutex
 	var tput []time.Duration
 	var wg sync.WaitGroup
@@ -218,10 +253,9 @@ func execRows(work, ws, file, bin string, n int, secs float64, space time.Durati
 	wg.Wait()
 	sort.Slice(tput, func(i, j int) bool { return tput[i] < tput[j] })
 	rate, p95 := float64(len(tput))/secs, pct(tput, 95)
-	fmt.Printf("\nsustained, 8 concurrent clients, /bin/true for %.0f s: %.0f calls/s, p50 %.1f ms, p95 %.1f ms\n",
-		secs, rate, ms(pct(tput, 50)), ms(p95))
-	addGoal("execute /bin/true, 8 clients back to back", fmt.Sprintf("%.0f calls/s", rate), "≥ 120 calls/s", rate >= 120)
-	addGoal("execute /bin/true, 8 clients back to back, p95", fmt.Sprintf("%.1f ms", ms(p95)), "≤ 100 ms", p95 <= 100*time.Millisecond)
+	fmt.Printf("\nsustained, 8 concurrent clients, /bin/true for %.0f s (%s): %.0f calls/s, p50 %.1f ms, p95 %.1f ms\n",
+		secs, label, rate, ms(pct(tput, 50)), ms(p95))
+	return rate, p95
 }
 
 // runcBundle writes an OCI bundle equivalent to sluice's container: the

@@ -266,7 +266,10 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		emit = func(ch sandbox.Chunk) { onChunk(ch.Stream, ch.Data) }
 	}
 	stopEgress := c.serveEgress(et, box)
-	res, err := box.Exec(c.ctx, argv, c.tool.EffectiveMaxBytes(), emit)
+	// The box is destroyed, and its pool refilled, once the reply is out
+	// (see sandbox.Box.ExecHeld): pipeline and handleCall release it.
+	c.held = box
+	res, err := box.ExecHeld(c.ctx, argv, c.tool.EffectiveMaxBytes(), emit)
 	if !stopEgress() {
 		return &outcome{reason: api.ReasonAuditUnavailable}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/sandbox"
 )
 
 // call is one request on its way through the pipeline. It is owned by the
@@ -41,6 +42,10 @@ type call struct {
 	// call has ended for a cancel by id (404), though its handler has
 	// still to return and unregister it.
 	answered atomic.Bool
+
+	// held is an execute call's box once its command has ended: released
+	// (destroyed in the background, its pool refilled) after the reply.
+	held *sandbox.Box
 
 	handles map[int]*securefs.Handle // by root index, for resolved paths
 	parents map[int]*parentRef       // by root index, for write and delete
@@ -104,6 +109,7 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 	}
 	c := d.calls.begin(d, p, peer, dc, start)
 	defer func() {
+		c.releaseHeld() // on every path; after a reply it is done already
 		d.calls.end(c)
 		if c.p != nil { // a parked call gives its policy back while it waits
 			c.p.release()
@@ -186,7 +192,16 @@ func (c *call) pipeline(em emitter) {
 	}
 	c.answered.Store(true)
 	em.result(c.present(o))
+	c.releaseHeld()
 	c.d.m.called(c, o)
+}
+
+// releaseHeld lets an execute call's box go, once: see call.held.
+func (c *call) releaseHeld() {
+	if c.held != nil {
+		c.held.Release()
+		c.held = nil
+	}
 }
 
 // finishDenied makes a denial durable and tells the caller. seq 0: there

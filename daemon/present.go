@@ -97,6 +97,9 @@ func (e *bufferedEmitter) result(res api.CallResult) {
 	// rightly take up to its timeout_ms before there is anything to write.
 	_ = e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
 	writeJSON(e.w, http.StatusOK, e.c.wire(res))
+	// Out now, not when the handler returns: what follows the reply (an
+	// execute call's box released, see call.held) is not the caller's wait.
+	_ = e.rc.Flush()
 }
 
 // streamEmitter writes application/x-ndjson, one event per line.

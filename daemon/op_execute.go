@@ -225,8 +225,14 @@ func orDefault(v, def int64) int64 {
 	return def
 }
 
-// runExec runs an allowed execute call: a warm box from the pool, or a
-// cold one; the argv handed over is the one authorized (the manifest's
+// poolWait bounds how long an execute call waits for its tool's pool to
+// make a box (sandbox.Pool.GetWait) before it creates one cold: about 40
+// cold starts' time on an idle machine, so only a pool that stopped
+// making boxes without failing is waited out.
+const poolWait = time.Second
+
+// runExec runs an allowed execute call: a warm box from the pool (waiting
+// for the pool's next box when it is making one), or a cold one; the argv handed over is the one authorized (the manifest's
 // own, when the request omitted it). It holds a container slot from taking
 // the box until the command has ended.
 func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
@@ -245,7 +251,7 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	defer c.d.slots.release()
 	var box *sandbox.Box
 	if et.pool != nil {
-		box = et.pool.Get()
+		box = et.pool.GetWait(c.ctx, poolWait)
 	}
 	c.d.m.poolGet(c.req.Tool, box != nil)
 	if box == nil {

@@ -603,6 +603,51 @@ func TestPoolSizedByDemand(t *testing.T) {
 	}
 }
 
+// TestPoolGetWait: a call that finds the pool empty waits for the box the
+// pool is making rather than going cold; it does not wait when the pool
+// is not making one (its creations fail) or when its context has ended.
+func TestPoolGetWait(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	p := NewPoolSized(r, f.spec(t), PoolSize{Min: 1, Max: 1, ShrinkAfter: time.Hour}, r.log)
+	defer p.Close()
+	if err := testutil.Poll(20*time.Second, poolFull(p, 1)); err != nil {
+		t.Fatal(err)
+	}
+	first := p.Get()
+	if first == nil {
+		t.Fatal("a full pool handed out nothing")
+	}
+	defer first.Destroy()
+	// first is not released, so nothing but this call's wait asks for
+	// the next box: it must be made and handed to the waiting call.
+	second := p.GetWait(context.Background(), time.Hour)
+	if second == nil || second == first {
+		t.Fatalf("GetWait on a pool making a box: %v (first %v)", second, first)
+	}
+	second.Destroy()
+
+	// A pool whose creations fail is not waited for, neither by a call
+	// that comes while one fails nor by one that comes after (with
+	// time.Hour either would otherwise hang the test).
+	fail := func(*Spec) (*Box, error) { return nil, errors.New("no box today") }
+	q := newPool(r, f.spec(t), PoolSize{Min: 1, Max: 1, ShrinkAfter: time.Hour}, r.log, fail)
+	defer q.Close()
+	for range 2 {
+		if b := q.GetWait(context.Background(), time.Hour); b != nil {
+			t.Fatalf("a pool that cannot create handed out box %s", b.ID)
+		}
+	}
+	// Nor does a call wait once its context has ended.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p2 := NewPoolSized(r, f.spec(t), PoolSize{Min: 1, Max: 1, ShrinkAfter: time.Hour}, r.log)
+	defer p2.Close()
+	if b := p2.GetWait(ctx, time.Hour); b != nil {
+		b.Destroy() // it was ready at once: no wait either
+	}
+}
+
 func TestNoFDGrowth(t *testing.T) {
 	r := newRunner(t)
 	f := newFixture(t)

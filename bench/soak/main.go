@@ -765,12 +765,17 @@ func makeFixture(dir string, tools string) (*fixture, error) {
 }
 
 // The tools the rows use: file tools on ws/src and ws/out, a command that
-// cats a file through the view, and one that sleeps.
+// cats a file through the view, and one that sleeps. The cat tool's pool
+// has a fixed size (pool_max = pool): each waiting box holds ten fds (its
+// namespaces, pipes, pidfd), so a pool growing toward its pool_max under
+// the mixed load would read as fds growing; how pools grow and shrink is
+// sandbox's TestPoolSizedByDemand, and quiet() checks that every
+// container is a pooled one.
 const (
 	toolRead  = `"read_file":{"operation":"read","roots":["ws/src"],"never":[".env","*.pem"],"max_bytes":65536}`
 	toolList  = `"list_dir":{"operation":"list","roots":["ws/src"],"never":[".env","*.pem"]}`
 	toolWrite = `"write_file":{"operation":"write","roots":["ws/out"],"never":[".env","*.pem"],"max_bytes":65536}`
-	toolCat   = `"cat":{"operation":"execute","commands":[["cat","f03.txt"]],"mounts":["ws/src"],"cwd":"ws/src","never":[".env","*.pem"],"timeout_ms":60000,"memory_mb":64,"pids":16,"pool":2}`
+	toolCat   = `"cat":{"operation":"execute","commands":[["cat","f03.txt"]],"mounts":["ws/src"],"cwd":"ws/src","never":[".env","*.pem"],"timeout_ms":60000,"memory_mb":64,"pids":16,"pool":2,"pool_max":2}`
 	toolSleep = `"sleeper":{"operation":"execute","commands":[["sleep","600"]],"mounts":["ws/src"],"cwd":"ws/src","timeout_ms":900000,"memory_mb":32,"pids":8,"pool":2}`
 )
 

@@ -212,6 +212,16 @@ var openLedger = audit.OpenWith
 // gracefully (see shutdown).
 func Run(ctx context.Context, cfg Config) error {
 	cfg.setDefaults()
+	// libcontainer takes only absolute rootfs paths: a relative --run-dir
+	// failed every container ("invalid rootfs"), and a relative dir named
+	// in logs and locks says less than its absolute path.
+	for _, p := range []*string{&cfg.RunDir, &cfg.StateDir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return err
+		}
+		*p = abs
+	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, slots: newAdmission(cfg.MaxContainers)}
 	base, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)

@@ -164,6 +164,28 @@ func TestExecuteProbes(t *testing.T) {
 	}
 }
 
+// TestRelativeDirs: --run-dir and --state-dir given relative to the
+// working directory work (libcontainer refused a relative rootfs, so
+// every container failed).
+func TestRelativeDirs(t *testing.T) {
+	_, m := execFixture(t, []probeTool{{name: "two", argv: []string{"echo", "a"}}})
+	wd, err := os.Getwd()
+	testutil.Must(t, err)
+	rel := func(abs string) string {
+		r, err := filepath.Rel(wd, abs)
+		testutil.Must(t, err)
+		return r
+	}
+	runDir, stateDir := t.TempDir(), t.TempDir()
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir, c.StateDir = rel(runDir), rel(stateDir) })
+	h.stateDir = stateDir
+	res, _ := h.call("two", map[string]any{})
+	if !res.OK || res.Output == nil || *res.Output != "a\n" {
+		t.Fatalf("with relative dirs: %+v", res)
+	}
+	h.ledger() // in the state dir, verified
+}
+
 func TestExecuteOutputAndStreaming(t *testing.T) {
 	tools := []probeTool{
 		{name: "yes", argv: []string{"sh", "-c", "yes | head -c 100000000"}, extra: `,"max_bytes":4096`},

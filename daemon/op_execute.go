@@ -253,6 +253,14 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	if et.pool != nil {
 		box = et.pool.GetWait(c.ctx, poolWait)
 	}
+	if c.ctx.Err() != nil {
+		// Cancelled, shut down or gone while it waited: the command
+		// must not start, and no cold box is made for it.
+		if box != nil {
+			box.Release()
+		}
+		return &outcome{reason: c.endReason()}
+	}
 	c.d.m.poolGet(c.req.Tool, box != nil)
 	if box == nil {
 		var err error

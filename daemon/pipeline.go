@@ -191,10 +191,24 @@ func (c *call) pipeline(em emitter) {
 		}
 	}
 	c.answered.Store(true)
+	var late *time.Timer
+	if box := c.held; box != nil {
+		// A reply is written in well under this; a client slow to read
+		// a large output does not keep the dead box (its uid, cgroups,
+		// namespaces) past it, outside the container cap.
+		late = time.AfterFunc(releaseAfter, box.Release)
+	}
 	em.result(c.present(o))
+	if late != nil {
+		late.Stop()
+	}
 	c.releaseHeld()
 	c.d.m.called(c, o)
 }
+
+// releaseAfter bounds how long an execute call's dead box waits for its
+// reply to be written (see call.held).
+const releaseAfter = 100 * time.Millisecond
 
 // releaseHeld lets an execute call's box go, once: see call.held.
 func (c *call) releaseHeld() {

@@ -47,7 +47,8 @@ type Pool struct {
 	once   sync.Once
 
 	mu       sync.Mutex
-	failing  bool          // the last creation failed: GetWait does not wait
+	failing  bool          // a creation failed and the filler has not started another since: GetWait does not wait
+	waiting  int           // calls in GetWait: a box is made for each, beyond the target
 	failed   chan struct{} // closed (and replaced) when a creation fails: waiters give up
 	target   int           // boxes to keep: min..max
 	full     bool          // reached target since it last grew
@@ -105,7 +106,12 @@ func (p *Pool) fill() {
 	defer tick.Stop()
 	for {
 		p.mu.Lock()
-		for len(p.ready)+p.creating < p.target && p.creating < fillWorkers() {
+		// The target, plus one for each call waiting (GetWait): under
+		// a queue, boxes go straight to callers and the buffer stays
+		// empty, and the callers' boxes must still be made, up to
+		// fillWorkers at once.
+		for len(p.ready)+p.creating < p.target+p.waiting && p.creating < fillWorkers() {
+			p.failing = false
 			p.creating++
 			p.wg.Add(1)
 			go p.create(failed)
@@ -133,7 +139,7 @@ func (p *Pool) fill() {
 // pool closed or shrank meanwhile).
 func (p *Pool) create(failed chan<- struct{}) {
 	defer p.wg.Done()
-	// At most one creation per core across all of the runner's pools.
+	// At most fillWorkers creations across all of the runner's pools.
 	select {
 	case p.r.fillSlots <- struct{}{}:
 	case <-p.stop:
@@ -146,19 +152,23 @@ func (p *Pool) create(failed chan<- struct{}) {
 	<-p.r.fillSlots
 	p.mu.Lock()
 	p.creating--
-	p.failing = err != nil
 	if err != nil {
+		// Cleared when the filler next starts a creation, after its
+		// backoff, not by a success in parallel: until then nothing
+		// is being made for a waiting call.
+		p.failing = true
 		close(p.failed)
 		p.failed = make(chan struct{})
 	}
-	keep := err == nil && len(p.ready) < p.target
+	keep := err == nil && len(p.ready) < p.target+p.waiting
 	if keep {
 		select {
 		case <-p.stop:
 			keep = false
-		default:
-			p.ready <- b // never blocks: len < target <= max = cap
+		case p.ready <- b: // to a waiting call, or into the buffer
 			p.full = p.full || len(p.ready) >= p.target
+		default:
+			keep = false // the buffer is full (max) and nobody waits
 		}
 	}
 	p.mu.Unlock()
@@ -212,7 +222,8 @@ func (p *Pool) Get() *Box {
 		// filling (just started, reloaded, or refilling slower than
 		// calls come) does not grow: more waiting boxes would not
 		// make boxes sooner.
-		if p.full && p.target < p.max {
+		// A pool of 0 (pool 0, pool_max above it) is full when empty.
+		if (p.full || p.target == 0) && p.target < p.max {
 			p.target++
 			p.full = false
 		}
@@ -244,10 +255,19 @@ func (p *Pool) GetWait(ctx context.Context, wait time.Duration) *Box {
 	p.mu.Lock()
 	coming := !p.failing && (p.creating > 0 || len(p.ready) < p.target)
 	failed := p.failed
+	if coming {
+		p.waiting++
+	}
 	p.mu.Unlock()
 	if !coming {
 		return nil // nothing is being made, or making failed: go cold
 	}
+	p.refill() // the filler counts this call now
+	defer func() {
+		p.mu.Lock()
+		p.waiting--
+		p.mu.Unlock()
+	}()
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

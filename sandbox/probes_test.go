@@ -648,6 +648,71 @@ func TestPoolGetWait(t *testing.T) {
 	}
 }
 
+// TestPoolMakesABoxPerWaiter: calls waiting on a pool are each made a
+// box, fillWorkers at a time, though the pool's target is 1: under a
+// queue boxes go straight to callers, and a target-bound filler would
+// make one at a time. Boxes here are fakes the test hands out.
+func TestPoolMakesABoxPerWaiter(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	gate := make(chan struct{})
+	var inFlight, made atomic.Int32
+	fake := func(*Spec) (*Box, error) {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		<-gate
+		n := made.Add(1)
+		return &Box{ID: fmt.Sprintf("fake-%d", n), runner: r, rootfs: filepath.Join(t.TempDir(), "none")}, nil
+	}
+	p := newPool(r, f.spec(t), PoolSize{Min: 1, Max: 1, ShrinkAfter: time.Hour}, r.log, fake)
+	defer func() {
+		close(gate)
+		p.Close()
+	}()
+	const callers = 3
+	got := make(chan *Box, callers)
+	for range callers {
+		go func() { got <- p.GetWait(context.Background(), time.Hour) }()
+	}
+	// The target's one box and one for each of the callers, bounded by
+	// fillWorkers: all of them in flight at once.
+	want := int32(min(1+callers, fillWorkers()))
+	if err := testutil.Poll(20*time.Second, func() error {
+		if n := inFlight.Load(); n < want {
+			return fmt.Errorf("%d creations in flight, want %d", n, want)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range callers {
+		gate <- struct{}{}
+	}
+	seen := map[string]bool{}
+	for range callers {
+		b := <-got
+		if b == nil || seen[b.ID] {
+			t.Fatalf("a waiting call got %v (seen %v)", b, seen)
+		}
+		seen[b.ID] = true
+	}
+}
+
+// TestPoolOfZeroGrows: a pool of 0 with a pool_max above it (it fills
+// only under load) grows by one when a call finds it empty.
+func TestPoolOfZeroGrows(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	p := NewPoolSized(r, f.spec(t), PoolSize{Min: 0, Max: 2, ShrinkAfter: time.Hour}, r.log)
+	defer p.Close()
+	if b := p.Get(); b != nil {
+		t.Fatal("a pool of 0 had a box before any call")
+	}
+	if err := testutil.Poll(20*time.Second, poolFull(p, 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestNoFDGrowth(t *testing.T) {
 	r := newRunner(t)
 	f := newFixture(t)

@@ -283,6 +283,9 @@ type node struct {
 	hide func(int, string) bool
 	m    int
 	rel  string // "" for the mount itself
+	// dev and ino are the file the node was made for (its StableAttr):
+	// see Open.
+	dev, ino uint64
 }
 
 var (
@@ -392,6 +395,7 @@ func (n *node) entry(ctx context.Context, parent *fs.Inode, child *node, out *fu
 		child.watch(h)
 	}
 	fillAttr(&out.Attr, &h.Stat)
+	child.dev, child.ino = uint64(h.Stat.Dev), h.Stat.Ino
 	t := child.timeout()
 	out.SetEntryTimeout(t)
 	out.SetAttrTimeout(t)
@@ -570,6 +574,19 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if h.Kind != securefs.KindFile {
 		return nil, 0, syscall.ENOENT
 	}
+	// A FUSE inode takes one backing file for passthrough: while one
+	// open of it is live, the kernel refuses an open of it without
+	// passthrough, and go-fuse hands a new open that first open's
+	// backing file. So an open must read the file its node was made for.
+	// A file mount's node outlives every save (its entry is never
+	// dropped: containers bind it): it is read through sluiced instead
+	// (FOPEN_DIRECT_IO, no passthrough). Any other node whose path names
+	// another file now (its entry cached a moment after a rename over
+	// it) answers ESTALE: the kernel then looks the path up again
+	// (LOOKUP_REVAL), finds the new file's node and opens that.
+	if !n.fileMount() && (uint64(h.Stat.Dev) != n.dev || h.Stat.Ino != n.ino) {
+		return nil, 0, syscall.ESTALE
+	}
 	if errno := n.v.take(own); errno != 0 {
 		return nil, 0, errno
 	}
@@ -580,7 +597,33 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	f := &file{fd: fd, own: own, v: n.v}
 	n.v.track(f)
+	if n.fileMount() {
+		return directFile{f}, fuse.FOPEN_DIRECT_IO, 0
+	}
 	return f, 0, 0
+}
+
+// fileMount reports whether n is a file mount's own node.
+func (n *node) fileMount() bool { return n.rel == "" && n.v.srcs[n.m].Name != "" }
+
+// directFile is a file read through sluiced (FOPEN_DIRECT_IO), never by
+// passthrough: it has no PassthroughFd (see node.Open).
+type directFile struct{ f *file }
+
+var (
+	_ fs.FileReader   = directFile{}
+	_ fs.FileReleaser = directFile{}
+	_ fs.FileLseeker  = directFile{}
+	_ fs.FileFlusher  = directFile{}
+)
+
+func (d directFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return d.f.Read(ctx, dest, off)
+}
+func (d directFile) Release(ctx context.Context) syscall.Errno { return d.f.Release(ctx) }
+func (d directFile) Flush(ctx context.Context) syscall.Errno   { return d.f.Flush(ctx) }
+func (d directFile) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	return d.f.Lseek(ctx, off, whence)
 }
 
 // releaser is an open handle of the view: a file or a directory.

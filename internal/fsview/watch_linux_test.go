@@ -2,6 +2,7 @@ package fsview
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -191,6 +192,53 @@ func TestCacheFreshAfterSync(t *testing.T) {
 			testutil.Must(t, os.Rename(host("cfg.new"), host("cfg.txt")))
 			f.v.Sync()
 			check("cfg saved", func() string { b, _ := os.ReadFile(f.v.Path(1)); return string(b) }(), "cfg v2, longer\n")
+		})
+	}
+}
+
+// TestFreshWhileOldOpen: a file replaced (renamed over) while a reader
+// holds the old one open through the view reads as the new file at the
+// next open. go-fuse hands a passthrough open the backing file of a live
+// open of the same node, and a file mount's node outlives any save (its
+// entry is never dropped): without reading such an open through sluiced,
+// the new open read the old file.
+func TestFreshWhileOldOpen(t *testing.T) {
+	for _, mode := range modes() {
+		t.Run(mode.String(), func(t *testing.T) {
+			f := newView(t, mode)
+			host := func(rel string) string { return filepath.Join(f.ws, rel) }
+			for _, c := range []struct{ in, host string }{{f.v.Path(1), "cfg.txt"}, {f.in("src/a.py"), "src/a.py"}} {
+				old, err := os.Open(c.in)
+				testutil.Must(t, err)
+				was, err := io.ReadAll(old)
+				testutil.Must(t, err)
+				write(t, host(c.host+".new"), "new and longer than before\n")
+				testutil.Must(t, os.Rename(host(c.host+".new"), host(c.host)))
+				f.v.Sync()
+				got, err := os.ReadFile(c.in)
+				if err != nil || string(got) != "new and longer than before\n" {
+					t.Errorf("%s with the old file (%q) still open: got %q, %v", c.host, was, got, err)
+				}
+				old.Close()
+			}
+			// The same before any Sync: the kernel may still hold the
+			// entry of the old file (the watch has not been acted on);
+			// the open is then answered ESTALE and the kernel looks the
+			// name up again.
+			for i := range 20 {
+				old, err := os.Open(f.in("src/a.py"))
+				testutil.Must(t, err)
+				_, err = io.ReadAll(old)
+				testutil.Must(t, err)
+				want := fmt.Sprintf("version %d\n", i)
+				write(t, host("src/a.py.new"), want)
+				testutil.Must(t, os.Rename(host("src/a.py.new"), host("src/a.py")))
+				got, err := os.ReadFile(f.in("src/a.py"))
+				if err != nil || string(got) != want {
+					t.Errorf("src/a.py replaced, not yet synced, the old one open: got %q, %v; want %q", got, err, want)
+				}
+				old.Close()
+			}
 		})
 	}
 }

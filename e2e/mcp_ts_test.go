@@ -22,13 +22,19 @@ import (
 // an approver that may call every tool, so the client approves and
 // reloads with the same binary.
 func mcpTSManifest(base, extra string) string {
+	// "run" sleeps after its last line: the TypeScript SDK runs a
+	// progress notification's handler in a microtask but a response's at
+	// once, so a progress notification read together with the call's
+	// response (the command's last output, then its exit, microseconds
+	// apart) is dropped by the client. The result carries the whole
+	// output either way; the test is of progress while a command runs.
 	return `{"schema_version":1,"base":"` + base + `",
 	  "principals":{"me":{"uids":[0],"approver":true,"tools":["*"]}},
 	  "tools":{
 	    "read_file":{"operation":"read","roots":["workspace/src"],"never":[".env","*.pem","private/**"],"max_bytes":64},
 	    "write_file":{"operation":"write","roots":["workspace/src"]},
 	    "ask_read":{"operation":"read","roots":["workspace/src"],"approval":"human"},
-	    "run":{"operation":"execute","commands":[["sh","-c","echo one; sleep 0.3; echo two"]],"mounts":["workspace/src"],"pool":0},
+	    "run":{"operation":"execute","commands":[["sh","-c","echo one; sleep 0.3; echo two; sleep 0.3"]],"mounts":["workspace/src"],"pool":0},
 	    "hold":{"operation":"execute","commands":[["sh","-c","echo started; sleep 30"]],"mounts":["workspace/src"],"timeout_ms":60000,"pool":0}` +
 		extra + `}}`
 }

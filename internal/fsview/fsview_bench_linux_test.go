@@ -181,7 +181,7 @@ func BenchmarkWalk(b *testing.B) {
 	// 1 s, listings never kept (what a directory gets that the watch
 	// limit refused).
 	unwatched := mount("unwatched")
-	unwatched.w.add = func(int, string, uint32) (int, error) { return -1, unix.ENOSPC }
+	setAdd(unwatched.w, func(int, string, uint32) (int, error) { return -1, unix.ENOSPC })
 	walkOnce := func(b *testing.B, dir string) int {
 		n := 0
 		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {

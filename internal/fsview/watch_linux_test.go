@@ -416,7 +416,7 @@ func TestMissCachedUntilCreated(t *testing.T) {
 	f.v.Sync()
 	absent(t, f.in("src/id.pem"))
 
-	f.v.w.add = func(int, string, uint32) (int, error) { return -1, unix.ENOSPC }
+	setAdd(f.v.w, func(int, string, uint32) (int, error) { return -1, unix.ENOSPC })
 	testutil.Must(t, os.MkdirAll(filepath.Join(f.ws, "unwatched"), 0o755))
 	f.v.Sync()
 	absent(t, f.in("unwatched/x"))
@@ -425,4 +425,13 @@ func TestMissCachedUntilCreated(t *testing.T) {
 	if d := since(s1, f.v.Stats()); d.Lookups == 0 {
 		t.Error("a miss in an unwatched directory was answered from a cache")
 	}
+}
+
+// setAdd replaces how w adds a watch, under the lock ensure reads it
+// with: the kernel may still be looking names up (readahead of a
+// listing) while a test changes it.
+func setAdd(w *watcher, add func(int, string, uint32) (int, error)) {
+	w.wmu.Lock()
+	w.add = add
+	w.wmu.Unlock()
 }

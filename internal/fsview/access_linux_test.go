@@ -107,6 +107,19 @@ func TestCallers(t *testing.T) {
 				t.Errorf("admitted, probe %d: %v", i, err)
 			}
 		}
+		// The probes' closes reach the view after close returns (the
+		// kernel's RELEASE is asynchronous): wait until none is held.
+		if err := testutil.Poll(5*time.Second, func() error {
+			v.mu.RLock()
+			n := v.uids[uid].open.Load()
+			v.mu.RUnlock()
+			if n != 0 {
+				return fmt.Errorf("the probes' %d opens not yet released", n)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 		var fds []int
 		var last error
 		for len(fds) < 100 {

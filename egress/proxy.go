@@ -262,15 +262,19 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 		// Bytes the client pipelined after the header are in br.
 		rec.Reason, rec.Detail = pipe(out, in, br, idle)
 	} else {
-		rec.Reason, rec.Detail = forward(req, t, out, in, idle)
+		rec.Reason, rec.Detail = forward(ctx, req, t, out, in, idle)
 	}
 	rec.BytesOut, rec.BytesIn = out.written.Load(), in.written.Load()
 }
 
 // forward sends one plain-HTTP request upstream — origin-form, the Host
 // header set from the authorized URL, hop-by-hop and Proxy-* headers
-// removed, Connection: close — and copies the response back.
-func forward(req *http.Request, t *netpolicy.Target, up, client *countingConn, idle time.Duration) (string, string) {
+// removed, Connection: close — and copies the response back. A copy cut
+// because the proxy stopped (the command's call ended: ctx) or because
+// the client went away is no upstream error: the client read what it
+// wanted (curl closes once it has Content-Length bytes), and the record
+// says how the relay ended.
+func forward(ctx context.Context, req *http.Request, t *netpolicy.Target, up, client *countingConn, idle time.Duration) (string, string) {
 	req.RequestURI = ""
 	req.URL = t.URL
 	req.Host = t.URL.Host
@@ -295,14 +299,31 @@ func forward(req *http.Request, t *netpolicy.Target, up, client *countingConn, i
 		return ReasonUpstreamError, "write request: " + err.Error()
 	}
 	// The deadline moves with each read: a long, active download is not idle.
-	if _, err := io.Copy(client, readerFunc(func(p []byte) (int, error) {
+	var writeErr error
+	if _, err := io.Copy(writerFunc(func(p []byte) (int, error) {
+		n, err := client.Write(p)
+		if err != nil {
+			writeErr = err
+		}
+		return n, err
+	}), readerFunc(func(p []byte) (int, error) {
 		up.SetReadDeadline(time.Now().Add(idle))
 		return up.Conn.Read(p)
 	})); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return ReasonAllowed, "cut when the call ended: " + err.Error()
+		case writeErr != nil:
+			return ReasonAllowed, "the client went away: " + err.Error()
+		}
 		return ReasonUpstreamError, "copy response: " + err.Error()
 	}
 	return ReasonAllowed, ""
 }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // pipe copies both ways until either side ends, no byte moves either way
 // for idle, or max_bytes_out is reached.

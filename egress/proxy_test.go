@@ -281,6 +281,69 @@ func TestProxySlowloris(t *testing.T) {
 
 // Stopping the proxy ends open tunnels: nothing outlives Serve, and each
 // connection still gets its record.
+// TestProxyPlainEndsWithoutUpstreamError: a plain-HTTP relay that ends
+// because the proxy stopped (the command's call ended) after the client
+// had its whole response, or because the client went away, is recorded
+// allowed, not upstream_error (the egress test saw curl_plain recorded
+// upstream_error under load: curl exits once it has Content-Length
+// bytes, before the proxy reads the upstream's close).
+func TestProxyPlainEndsWithoutUpstreamError(t *testing.T) {
+	release, more := make(chan struct{}), make(chan struct{})
+	srv := newServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/whole": // the whole response, then the connection stays open
+			w.Header().Set("Content-Length", "5")
+			io.WriteString(w, "whole")
+			w.(http.Flusher).Flush()
+			<-release
+		case "/part": // half, then the rest once the client has gone
+			w.Header().Set("Content-Length", "8")
+			io.WriteString(w, "half")
+			w.(http.Flusher).Flush()
+			<-more
+			io.WriteString(w, "rest")
+		}
+	}))
+	t.Cleanup(func() { close(release) }) // before the server closes (cleanups run last first)
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
+
+	e := startProxy(t, &Proxy{Client: testClient(newResolver("plain.test", "127.0.0.1")), Policy: p})
+	c := e.dial(t)
+	io.WriteString(c, "GET http://plain.test:"+srv.port+"/part HTTP/1.1\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := make([]byte, 4)
+	if _, err := io.ReadFull(resp.Body, half); err != nil || string(half) != "half" {
+		t.Fatalf("first half: %q %v", half, err)
+	}
+	c.Close()
+	close(more)
+	if r := e.record(t); r.Verdict != "allow" || r.Reason != ReasonAllowed || !strings.Contains(r.Detail, "client went away") {
+		t.Errorf("the client went away mid-response: record %+v", r)
+	}
+
+	c = e.dial(t)
+	io.WriteString(c, "GET http://plain.test:"+srv.port+"/whole HTTP/1.1\r\n\r\n")
+	resp, err = http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || string(b) != "whole" {
+		t.Fatalf("whole: %q %v", b, err)
+	}
+	e.cancel() // the call ends while the upstream's connection is still open
+	if r := e.record(t); r.Verdict != "allow" || r.Reason != ReasonAllowed || !strings.Contains(r.Detail, "call ended") {
+		t.Errorf("the proxy stopped after the whole response: record %+v", r)
+	}
+	if err := <-e.done; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	e.done <- nil // for the cleanup
+}
+
 func TestProxyServeStopsTunnels(t *testing.T) {
 	api := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + api.port}, InsecureAllowPrivate: true})

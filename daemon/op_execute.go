@@ -232,8 +232,9 @@ func orDefault(v, def int64) int64 {
 const poolWait = time.Second
 
 // runExec runs an allowed execute call: a warm box from the pool (waiting
-// for the pool's next box when it is making one), or a cold one; the argv handed over is the one authorized (the manifest's
-// own, when the request omitted it). It holds a container slot from taking
+// for the pool's next box when it is making one), or a cold one; the argv
+// handed over is the one authorized (the manifest's own, when the request
+// omitted it). It holds a container slot from taking
 // the box until the command has ended.
 func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	et := c.p.exec[c.req.Tool]

@@ -323,7 +323,7 @@ func (n *node) resolve() (*securefs.Handle, syscall.Errno) {
 		}
 		return nil, syscall.EIO
 	}
-	if !shown(h.Kind) || (n.v.srcs[n.m].Name != "" && n.rel == "" && h.Kind != securefs.KindFile) {
+	if !shown(h.Kind) || (n.fileMount() && h.Kind != securefs.KindFile) {
 		h.Close()
 		return nil, syscall.ENOENT
 	}

@@ -638,13 +638,19 @@ func TestPoolGetWait(t *testing.T) {
 			t.Fatalf("a pool that cannot create handed out box %s", b.ID)
 		}
 	}
-	// Nor does a call wait once its context has ended.
+	// Nor does a call wait once its context has ended, though the pool
+	// is making a box (one that never comes: GetWait would hang).
+	never := make(chan struct{})
+	stuck := func(*Spec) (*Box, error) { <-never; return nil, errors.New("closed") }
+	p2 := newPool(r, f.spec(t), PoolSize{Min: 1, Max: 1, ShrinkAfter: time.Hour}, r.log, stuck)
+	defer func() {
+		close(never)
+		p2.Close()
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	p2 := NewPoolSized(r, f.spec(t), PoolSize{Min: 1, Max: 1, ShrinkAfter: time.Hour}, r.log)
-	defer p2.Close()
 	if b := p2.GetWait(ctx, time.Hour); b != nil {
-		b.Destroy() // it was ready at once: no wait either
+		t.Fatalf("a call whose context ended got box %s from a pool with none", b.ID)
 	}
 }
 

@@ -325,45 +325,78 @@ func noopServer(sock, file, ledger string) {
 }
 
 // groupCommit returns a function that appends one record to path and
-// returns once an fdatasync has covered it; concurrent callers share syncs.
+// returns once an fdatasync has covered it. Concurrent callers share
+// syncs as the ledger's group commit does: one caller syncs everything
+// appended so far; afterwards each waiter it covered is woken once, and
+// the role passes straight to the first waiter it did not cover.
 func groupCommit(path string) func() error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	check(err)
 	line := append(bytes.Repeat([]byte("x"), 600), '\n')
+	type waiter struct {
+		seq  uint64
+		lead chan bool
+	}
 	var (
 		mu              sync.Mutex
-		done            = sync.NewCond(&mu)
 		written, synced uint64
 		syncing         bool
 		broken          error
+		waiters         []waiter
 	)
 	return func() error {
 		mu.Lock()
-		defer mu.Unlock()
 		if _, err := f.Write(line); err != nil {
+			mu.Unlock()
 			return err
 		}
 		written++
 		mine := written
-		for synced < mine && broken == nil {
-			if syncing {
-				done.Wait()
-				continue
+		for {
+			if synced >= mine || broken != nil {
+				err := broken
+				mu.Unlock()
+				return err
 			}
-			syncing = true
-			upto := written
+			if !syncing {
+				syncing = true
+				break
+			}
+			w := waiter{mine, make(chan bool, 1)}
+			waiters = append(waiters, w)
 			mu.Unlock()
-			err := unix.Fdatasync(int(f.Fd()))
+			lead := <-w.lead
 			mu.Lock()
-			syncing = false
-			if err != nil {
-				broken = err
-			} else {
-				synced = upto
+			if lead {
+				break // syncing stays true: the role was handed over
 			}
-			done.Broadcast()
 		}
-		return broken
+		upto := written
+		mu.Unlock()
+		err := unix.Fdatasync(int(f.Fd()))
+		mu.Lock()
+		if err != nil {
+			broken = err
+		} else {
+			synced = upto
+		}
+		rest := waiters[:0]
+		for _, w := range waiters {
+			if synced >= w.seq || broken != nil {
+				w.lead <- false
+			} else {
+				rest = append(rest, w)
+			}
+		}
+		if len(rest) > 0 {
+			rest[0].lead <- true
+			rest = rest[1:]
+		} else {
+			syncing = false
+		}
+		waiters = rest
+		mu.Unlock()
+		return err
 	}
 }
 

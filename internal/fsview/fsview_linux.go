@@ -519,6 +519,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if h.Kind != securefs.KindDir {
 		return nil, 0, syscall.ENOTDIR
 	}
+	if errno := permits(ctx, &h.Stat, 0); errno != 0 {
+		return nil, 0, errno
+	}
 	if errno := n.v.take(own); errno != 0 {
 		return nil, 0, errno
 	}
@@ -586,6 +589,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// (LOOKUP_REVAL), finds the new file's node and opens that.
 	if !n.fileMount() && (uint64(h.Stat.Dev) != n.dev || h.Stat.Ino != n.ino) {
 		return nil, 0, syscall.ESTALE
+	}
+	if errno := permits(ctx, &h.Stat, flags); errno != 0 {
+		return nil, 0, errno
 	}
 	if errno := n.v.take(own); errno != 0 {
 		return nil, 0, errno

@@ -1,12 +1,18 @@
 package fsview
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
@@ -114,5 +120,94 @@ func TestExecOnlyRuns(t *testing.T) {
 	}
 	if err := run(0o700); err == nil {
 		t.Errorf("exec of a 0700 program by another uid succeeded")
+	}
+}
+
+// watchedInodes reads which inode each watch of w is on, from the inotify
+// fd's fdinfo ("inotify wd:3 ino:1a2b sdev:...").
+func watchedInodes(t *testing.T, w *watcher) map[int32]uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", w.fd))
+	testutil.Must(t, err)
+	out := map[int32]uint64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		var wd int32
+		var ino uint64
+		if _, err := fmt.Sscanf(line, "inotify wd:%x ino:%x", &wd, &ino); err == nil {
+			out[wd] = ino
+		}
+	}
+	return out
+}
+
+// TestWatchesNameTheirDirectory: while the host replaces a directory
+// (renamed away, a new one made at its name) as a reader looks names up
+// in it through the view, every watch the view keeps is on the directory
+// its path names now; a watch left on the renamed one would leave the new
+// directory's changes unreported while the kernel caches its names and
+// listing for 10 minutes.
+func TestWatchesNameTheirDirectory(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	host := func(rel string) string { return filepath.Join(f.ws, rel) }
+	testutil.Must(t, os.MkdirAll(host("src/d"), 0o755))
+	testutil.Must(t, os.MkdirAll(host("old"), 0o755))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			os.Lstat(f.in("src/d/x"))
+			os.ReadDir(f.in("src/d"))
+		}
+	}()
+	check := func(i int) bool {
+		f.v.Sync()
+		// Watches are added under wmu: holding it, fdinfo and byLoc agree.
+		f.v.w.wmu.RLock()
+		defer f.v.w.wmu.RUnlock()
+		inos := watchedInodes(t, f.v.w)
+		if len(inos) == 0 && len(f.v.w.byLoc) > 0 {
+			t.Fatalf("no watch in fdinfo")
+		}
+		for l, wd := range f.v.w.byLoc {
+			if l.m != 0 {
+				continue
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(filepath.Join(f.ws, l.rel), &st); err != nil {
+				continue // gone: its event is queued or read
+			}
+			if ino, ok := inos[wd]; ok && ino != st.Ino {
+				t.Errorf("iteration %d: %q is watched on inode %d, but names inode %d now", i, l.rel, ino, st.Ino)
+				return false
+			}
+		}
+		return true
+	}
+	for i := range 3000 {
+		// Kept, not removed: the removal of the old directory would
+		// drop any watch left on it (IN_IGNORED).
+		os.Rename(host("src/d"), host(fmt.Sprintf("old/%d", i)))
+		os.Mkdir(host("src/d"), 0o755)
+		write(t, host("src/d/x"), "x")
+		if i%50 == 0 && !check(i) {
+			break
+		}
+	}
+	close(stop)
+	<-done
+	check(-1)
+	// And the directory at src/d now reports its changes.
+	listing(t, f.in("src/d"))
+	absent(t, f.in("src/d/new"))
+	write(t, host("src/d/new"), "n")
+	f.v.Sync()
+	if got := listing(t, f.in("src/d")); !slices.Equal(got, []string{"new", "x"}) {
+		t.Errorf("src/d after a create: %v", got)
 	}
 }

@@ -372,6 +372,19 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	if err != nil {
 		return false
 	}
+	if !w.names(l, fd) {
+		// The path was renamed away after fd was resolved, and the
+		// rename's event may have been read before this watch existed
+		// to be forgotten: the watch would be on a directory the path
+		// no longer names, and the one it names would go unreported
+		// (TestWatchesNameTheirDirectory). A rename after this check
+		// is an event that forgets the watch (wmu is held until it is
+		// recorded).
+		if len(w.byWd[int32(wd)]) == 0 {
+			unix.InotifyRmWatch(w.fd, uint32(wd))
+		}
+		return false
+	}
 	w.byLoc[l] = int32(wd)
 	set := w.byWd[int32(wd)]
 	if set == nil {
@@ -380,6 +393,25 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	}
 	set[l] = struct{}{}
 	return true
+}
+
+// names reports whether the directory l's path names now is fd's. A
+// mount's own directory (and a file mount's) is its root fd, which no
+// rename moves.
+func (w *watcher) names(l loc, fd int) bool {
+	if l.rel == "" || l.rel == parentRel {
+		return true
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false
+	}
+	h, err := w.v.srcs[l.m].Root.ResolveNoFollow(l.rel)
+	if err != nil {
+		return false
+	}
+	defer h.Close()
+	return h.Stat.Dev == st.Dev && h.Stat.Ino == st.Ino
 }
 
 // Watches reports how many directories of the view are watched.

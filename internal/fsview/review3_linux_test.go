@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -209,5 +210,117 @@ func TestWatchesNameTheirDirectory(t *testing.T) {
 	f.v.Sync()
 	if got := listing(t, f.in("src/d")); !slices.Equal(got, []string{"new", "x"}) {
 		t.Errorf("src/d after a create: %v", got)
+	}
+}
+
+// TestOverflowLeavesNothingStale: with the watcher held while the host
+// floods the tree with more events than inotify queues (IN_Q_OVERFLOW:
+// events lost), and in the same flood replaces a cached directory (the
+// old one renamed to a never name), makes a cached file unreadable to
+// others and creates a *.pem deep in cached directories: once the events
+// are read, nothing cached from before shows, the old directory's content
+// is under no name, and the new one's is.
+func TestOverflowLeavesNothingStale(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	host := func(rel string) string { return filepath.Join(f.ws, rel) }
+	testutil.Must(t, os.MkdirAll(host("src/sub/a/b/c"), 0o755))
+	write(t, host("src/sub/old.txt"), "SLUICE-SECRET-OLD\n")
+	write(t, host("src/sub/a/b/c/f"), "f\n")
+	testutil.Must(t, os.Chmod(host("src/a.py"), 0o644))
+	walkTree(t, f.in("src"))
+	if got, err := openAs(0x7F030003, f.in("src/a.py")); err == nil || got != "" {
+		// not admitted yet: refused by the view
+		t.Fatalf("unadmitted uid read %q", got)
+	}
+	f.v.Admit(0x7F030003)
+	for _, d := range []string{f.ws, host("src")} {
+		os.Chmod(d, 0o755)
+	}
+	for d := filepath.Dir(f.ws); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	if got, err := openAs(0x7F030003, f.in("src/a.py")); err != nil {
+		t.Fatalf("admitted uid: %q %v", got, err)
+	}
+	max := 16384
+	if b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events"); err == nil {
+		fmt.Sscan(string(b), &max)
+	}
+	f.v.w.mu.Lock()
+	testutil.Must(t, os.RemoveAll(host("private")))
+	testutil.Must(t, os.Rename(host("src/sub"), host("private")))
+	testutil.Must(t, os.MkdirAll(host("src/sub/a/b/c"), 0o755))
+	write(t, host("src/sub/new.txt"), "new\n")
+	write(t, host("src/sub/a/b/c/id.pem"), "SLUICE-SECRET-PEM\n")
+	testutil.Must(t, os.Chmod(host("src/a.py"), 0o600))
+	p := host("src/churn")
+	for range max/2 + 10 {
+		write(t, p, "x")
+		testutil.Must(t, os.Remove(p))
+	}
+	f.v.w.mu.Unlock()
+	f.v.Sync()
+	if got := listing(t, f.in("src/sub")); !slices.Equal(got, []string{"a", "new.txt"}) {
+		t.Errorf("src/sub after the flood: %v", got)
+	}
+	if got := listing(t, f.in("src/sub/a/b/c")); len(got) != 0 {
+		t.Errorf("src/sub/a/b/c after the flood: %v", got)
+	}
+	absent(t, f.in("src/sub/old.txt"))
+	absent(t, f.in("src/sub/a/b/c/f"))
+	absent(t, f.in("src/sub/a/b/c/id.pem"))
+	absent(t, f.in("private/old.txt"))
+	if got, err := openAs(0x7F030003, f.in("src/a.py")); err == nil {
+		t.Errorf("a.py made 600 in the flood: read %q", got)
+	}
+	if fi, err := os.Lstat(f.in("src/a.py")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("a.py's mode after the flood: %v %v", fi, err)
+	}
+}
+
+// TestWatchLimitPartial: with the inotify watch limit reached part way
+// down a tree (the first watches taken, the rest refused), host changes
+// deep in the unwatched part show within the short timeout, hidden names
+// stay hidden, and once watches can be added again the tree is watched
+// and fresh after Sync.
+func TestWatchLimitPartial(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	host := func(rel string) string { return filepath.Join(f.ws, rel) }
+	testutil.Must(t, os.MkdirAll(host("src/d1/d2/d3/d4"), 0o755))
+	write(t, host("src/d1/d2/d3/d4/x"), "x\n")
+	var n int
+	var mu sync.Mutex
+	setAdd(f.v.w, func(fd int, p string, m uint32) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n++; n > 3 {
+			return -1, unix.ENOSPC
+		}
+		return unix.InotifyAddWatch(fd, p, m)
+	})
+	walkTree(t, f.in("src"))
+	w := f.v.Watches()
+	if w == 0 || w > 3 {
+		t.Fatalf("%d watches, want 1..3", w)
+	}
+	write(t, host("src/d1/d2/d3/d4/y"), "y\n")
+	write(t, host("src/d1/d2/d3/d4/k.pem"), "SLUICE-SECRET-PEM\n")
+	testutil.Must(t, os.Remove(host("src/d1/d2/d3/d4/x")))
+	eventually(t, "deep change in the unwatched part", func() bool {
+		ents, err := os.ReadDir(f.in("src/d1/d2/d3/d4"))
+		if err != nil || len(ents) != 1 || ents[0].Name() != "y" {
+			return false
+		}
+		_, err = os.Lstat(f.in("src/d1/d2/d3/d4/x")) // its name: cached for the short timeout
+		return err != nil
+	})
+	absent(t, f.in("src/d1/d2/d3/d4/k.pem"))
+	absent(t, f.in("src/d1/d2/d3/d4/x"))
+	setAdd(f.v.w, unix.InotifyAddWatch)
+	walkTree(t, f.in("src"))
+	write(t, host("src/d1/d2/d3/d4/z"), "z\n")
+	f.v.Sync()
+	if got := listing(t, f.in("src/d1/d2/d3/d4")); !slices.Equal(got, []string{"y", "z"}) {
+		t.Errorf("after watches came back: %v", got)
 	}
 }

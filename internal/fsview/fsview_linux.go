@@ -536,7 +536,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 		// (see watch_linux.go).
 		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	}
-	d := newDir(n, fd, own)
+	d := newDir(n, fd, own, &h.Stat)
 	n.v.track(d)
 	return d, keep, 0
 }

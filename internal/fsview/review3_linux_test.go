@@ -324,3 +324,47 @@ func TestWatchLimitPartial(t *testing.T) {
 		t.Errorf("after watches came back: %v", got)
 	}
 }
+
+// TestHeldDirRenamedToNever: a directory held open through the view (a
+// shell's cwd, find's fd) that the host renames to a never name lists no
+// name created there afterwards, after a rewind, and opens nothing in it.
+// The open directory is read from the fd sluiced opened; without a
+// check that the node's path still names it, a rewind of an uncached
+// listing listed SECRET-NAME. (Names the kernel cached while the path
+// was allowed may still be listed: they were shown then.)
+func TestHeldDirRenamedToNever(t *testing.T) {
+	for _, watched := range []bool{true, false} {
+		t.Run(fmt.Sprint("watched=", watched), func(t *testing.T) {
+			f := newView(t, securefs.ModeOpenat2)
+			if !watched {
+				setAdd(f.v.w, func(int, string, uint32) (int, error) { return -1, unix.ENOSPC })
+			}
+			host := func(rel string) string { return filepath.Join(f.ws, rel) }
+			testutil.Must(t, os.MkdirAll(host("src/d"), 0o755))
+			write(t, host("src/d/a"), "a\n")
+			d, err := os.Open(f.in("src/d"))
+			testutil.Must(t, err)
+			defer d.Close()
+			names, err := d.Readdirnames(-1)
+			t.Logf("before: %v %v", names, err)
+			testutil.Must(t, os.RemoveAll(host("private")))
+			testutil.Must(t, os.Rename(host("src/d"), host("private")))
+			write(t, host("private/SECRET-NAME"), "SLUICE-SECRET-KEY\n")
+			f.v.Sync()
+			_, err = d.Seek(0, 0)
+			testutil.Must(t, err)
+			names, err = d.Readdirnames(-1)
+			t.Logf("after: %v %v", names, err)
+			if slices.Contains(names, "SECRET-NAME") {
+				t.Errorf("a name created in a never directory listed through a held fd: %v", names)
+			}
+			fd, err := unix.Openat(int(d.Fd()), "SECRET-NAME", unix.O_RDONLY, 0)
+			if err == nil {
+				b := make([]byte, 64)
+				n, _ := unix.Read(fd, b)
+				unix.Close(fd)
+				t.Errorf("opened SECRET-NAME through the held fd: %q", b[:n])
+			}
+		})
+	}
+}

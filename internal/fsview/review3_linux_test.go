@@ -368,3 +368,102 @@ func TestHeldDirRenamedToNever(t *testing.T) {
 		})
 	}
 }
+
+// TestSwapsAndLinks: more host edits against cached entries, each
+// checked before any Sync (the watch may not have been read: only the
+// open's own resolution stands) and after:
+//   - a file hard-linked under a never name is hidden there and shown
+//     under its allowed name; a never file hard-linked under an allowed
+//     name is shown there (its content is what that path holds: the
+//     view hides paths, not inodes);
+//   - a cached symlink swapped for a directory holding a *.pem, and a
+//     cached directory swapped for a symlink to the never directory;
+//   - content replaced in place with the mtime and size kept: read as
+//     it is now;
+//   - a directory deleted and made again with the same name, holding a
+//     never name.
+func TestSwapsAndLinks(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	host := func(rel string) string { return filepath.Join(f.ws, rel) }
+	read := func(rel string) (string, error) {
+		b, err := os.ReadFile(f.in(rel))
+		return string(b), err
+	}
+	// Hard links.
+	testutil.Must(t, os.Link(host("src/a.py"), host("src/a.pem")))
+	absent(t, f.in("src/a.pem"))
+	if got, err := read("src/a.py"); err != nil || got != "print('a')\n" {
+		t.Errorf("a.py with a hidden link: %q %v", got, err)
+	}
+	testutil.Must(t, os.Link(host("private/key"), host("src/key-link")))
+	f.v.Sync()
+	if got, _ := read("src/key-link"); got != "SLUICE-SECRET-KEY\n" {
+		t.Errorf("allowed link to a never file: %q (its path is allowed: shown)", got)
+	}
+	absent(t, f.in("private/key"))
+
+	// A symlink swapped for a directory, and back.
+	testutil.Must(t, os.Symlink("a.py", host("src/s")))
+	if fi, err := os.Lstat(f.in("src/s")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("src/s: %v %v", fi, err)
+	}
+	read("src/s")
+	testutil.Must(t, os.Remove(host("src/s")))
+	testutil.Must(t, os.Mkdir(host("src/s"), 0o755))
+	write(t, host("src/s/id.pem"), "SLUICE-SECRET-PEM\n")
+	write(t, host("src/s/ok"), "ok\n")
+	// Before the watch is read the kernel may still take s for the
+	// link: its readlink then fails (EINVAL), and nothing is read.
+	unread(t, f.in("src/s/id.pem"))
+	f.v.Sync()
+	if got := listing(t, f.in("src/s")); !slices.Equal(got, []string{"ok"}) {
+		t.Errorf("src/s as a directory: %v", got)
+	}
+	absent(t, f.in("src/s/id.pem"))
+	testutil.Must(t, os.RemoveAll(host("src/s")))
+	testutil.Must(t, os.Symlink("../private", host("src/s")))
+	unread(t, f.in("src/s/key"))
+	f.v.Sync()
+	absent(t, f.in("src/s/key"))
+
+	// In place, mtime and size kept.
+	p := host("src/a.py")
+	fi, err := os.Stat(p)
+	testutil.Must(t, err)
+	if got, _ := read("src/a.py"); got != "print('a')\n" {
+		t.Fatalf("a.py: %q", got)
+	}
+	old, err := os.Open(f.in("src/a.py")) // held open meanwhile
+	testutil.Must(t, err)
+	defer old.Close()
+	testutil.Must(t, os.WriteFile(p, []byte("print('B')\n"), 0o644))
+	testutil.Must(t, os.Chtimes(p, fi.ModTime(), fi.ModTime()))
+	if got, _ := read("src/a.py"); got != "print('B')\n" {
+		t.Errorf("replaced in place, mtime kept, not synced: %q", got)
+	}
+
+	// Deleted and made again.
+	testutil.Must(t, os.MkdirAll(host("src/gone"), 0o755))
+	write(t, host("src/gone/f"), "f1\n")
+	listing(t, f.in("src/gone"))
+	read("src/gone/f")
+	testutil.Must(t, os.RemoveAll(host("src/gone")))
+	testutil.Must(t, os.MkdirAll(host("src/gone"), 0o755))
+	write(t, host("src/gone/.env"), "SLUICE-SECRET-ENV\n")
+	write(t, host("src/gone/g"), "g\n")
+	unread(t, f.in("src/gone/f"))
+	unread(t, f.in("src/gone/.env"))
+	f.v.Sync()
+	if got := listing(t, f.in("src/gone")); !slices.Equal(got, []string{"g"}) {
+		t.Errorf("src/gone made again: %v", got)
+	}
+}
+
+// unread: p cannot be read (whatever the error: a cache not yet told of
+// a change may fail a walk otherwise than ENOENT).
+func unread(t *testing.T, p string) {
+	t.Helper()
+	if b, err := os.ReadFile(p); err == nil {
+		t.Errorf("%s: read %q", p, b)
+	}
+}

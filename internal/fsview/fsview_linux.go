@@ -129,6 +129,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 		opt.MaxOpen = DefaultMaxOpen
 	}
 	setBudget()
+	setWatchBudget()
 	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), uids: map[uint32]*holder{},
 		short: opt.Timeout, long: opt.CacheTimeout}
 	root := &rootNode{v: v, hide: opt.Hide}

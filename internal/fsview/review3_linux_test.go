@@ -467,3 +467,43 @@ func unread(t *testing.T, p string) {
 		t.Errorf("%s: read %q", p, b)
 	}
 }
+
+// TestWatchBudget: the views of a process hold at most their budget of
+// inotify watches (half the per-user limit root shares with the host's
+// own services): a walk of a tree bigger than what is left watches no
+// more, and the unwatched part is served fresh (short timeout, no
+// listing cache). Every watch is given back when the view goes.
+func TestWatchBudget(t *testing.T) {
+	base := watchesHeld.Load()
+	f := newView(t, securefs.ModeOpenat2)
+	if watchBudget.Load() < 1000 {
+		t.Errorf("budget %d: not half of max_user_watches", watchBudget.Load())
+	}
+	tree(t, f.ws, 10, 2)
+	listing(t, f.in("src"))
+	held := watchesHeld.Load()
+	watchBudget.Store(held + 3)
+	walkTree(t, f.in("tree"))
+	if got := watchesHeld.Load(); got > held+3 || f.v.Watches() > int(held-base)+3 {
+		t.Errorf("%d watches held (%d by the view), budget %d", got, f.v.Watches(), held+3)
+	}
+	// A directory past the budget: a change there shows within the
+	// short timeout, though no event reports it.
+	for d := range 10 {
+		write(t, filepath.Join(f.ws, "tree", fmt.Sprintf("d%02d", d), "new"), "n")
+	}
+	eventually(t, "new files in unwatched directories", func() bool {
+		for d := range 10 {
+			if !slices.Contains(listing(t, f.in(fmt.Sprintf("tree/d%02d", d))), "new") {
+				return false
+			}
+		}
+		return true
+	})
+	f.v.Close()
+	<-f.v.Done()
+	if got := watchesHeld.Load(); got != base {
+		t.Errorf("after the view closed: %d watches counted, %d before it", got, base)
+	}
+	setWatchBudget()
+}

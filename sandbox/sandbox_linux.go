@@ -685,11 +685,19 @@ func (b *Box) ExecHeld(ctx context.Context, argv []string, max int64, onChunk fu
 	if b.view != nil {
 		b.view.sync()
 	}
-	var msg []byte
-	for _, a := range argv {
-		msg = append(append(msg, a...), 0)
+	var werr error
+	if ctx.Err() == nil {
+		var msg []byte
+		for _, a := range argv {
+			msg = append(append(msg, a...), 0)
+		}
+		_, werr = b.stdin.Write(msg)
 	}
-	_, werr := b.stdin.Write(msg)
+	// A context ended already (a call cancelled while it waited for the
+	// pool or for a cold box) hands over nothing: the helper reads an
+	// empty stdin and exits without running anything. Written and then
+	// killed, the command ran at times to its end
+	// (TestCancelledBeforeExecRunsNothing).
 	b.stdin.Close()
 	if werr != nil {
 		return nil, fmt.Errorf("hand argv to helper: %w", werr)

@@ -86,6 +86,44 @@ func (v *View) allowed(ctx context.Context) syscall.Errno {
 	return errno
 }
 
+// fmodeExec is the open flag the kernel sets for execve's open of the
+// program (__FMODE_EXEC, include/linux/fs.h): it needs the execute bit,
+// not the read bit.
+const fmodeExec = 0x20
+
+// permits checks an open by the request's caller against the mode of
+// what it opens now (st, just resolved): read, or execute for execve.
+// The kernel checks the same (default_permissions), but against the
+// attributes it caches, for up to the cache timeout in a watched
+// directory: a chmod through a hard link outside the view is reported to
+// no watch, and one in the view is acted on only when its event has been
+// read. The fresh mode decides (TestBreachStaleModeOpens). Like the
+// kernel under default_permissions, only the mode bits count; a
+// container has no supplementary groups. Root is not checked.
+func permits(ctx context.Context, st *unix.Stat_t, flags uint32) syscall.Errno {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return syscall.EACCES
+	}
+	if c.Uid == 0 {
+		return 0
+	}
+	bit := uint32(4) // read
+	if flags&fmodeExec != 0 {
+		bit = 1 // execute
+	}
+	switch {
+	case st.Uid == c.Uid:
+		bit <<= 6
+	case st.Gid == c.Gid:
+		bit <<= 3
+	}
+	if st.Mode&bit == 0 {
+		return syscall.EACCES
+	}
+	return 0
+}
+
 // take counts one more open handle for h (nil: root), or refuses with
 // EMFILE when h is at the view's cap or the process at its budget.
 func (v *View) take(h *holder) syscall.Errno {

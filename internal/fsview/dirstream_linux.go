@@ -31,6 +31,8 @@ type dir struct {
 	errno   syscall.Errno
 	eof     bool
 	relBase string
+	// dev and ino are the directory fd holds (see fill).
+	dev, ino uint64
 }
 
 var (
@@ -39,8 +41,8 @@ var (
 	_ fs.FileReleasedirer = (*dir)(nil)
 )
 
-func newDir(n *node, fd int, own *holder) *dir {
-	d := &dir{n: n, own: own, fd: fd}
+func newDir(n *node, fd int, own *holder, st *unix.Stat_t) *dir {
+	d := &dir{n: n, own: own, fd: fd, dev: uint64(st.Dev), ino: st.Ino}
 	if n.rel != "" {
 		d.relBase = n.rel + "/"
 	}
@@ -66,6 +68,15 @@ func (d *dir) fill() {
 				d.buf = nil // nothing more to read: give the chunk back
 				return
 			}
+			if !d.named() {
+				// The directory is no longer at the node's path
+				// (renamed away, maybe to a never name, where the host
+				// may add names): what fd reads now is not what the
+				// path shows. The listing ends here
+				// (TestHeldDirRenamedToNever).
+				d.eof, d.buf = true, nil
+				return
+			}
 			d.todo = d.buf[:n]
 		}
 		var de fuse.DirEntry
@@ -75,6 +86,18 @@ func (d *dir) fill() {
 			d.next = &e
 		}
 	}
+}
+
+// named reports whether the node's path names the directory d reads,
+// checked after each chunk is read: a name listed was in the directory
+// while the path still named it.
+func (d *dir) named() bool {
+	h, errno := d.n.resolve()
+	if errno != 0 {
+		return false
+	}
+	defer h.Close()
+	return uint64(h.Stat.Dev) == d.dev && h.Stat.Ino == d.ino
 }
 
 // shown applies the view's rules to one entry: the never globs by its

@@ -129,6 +129,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 		opt.MaxOpen = DefaultMaxOpen
 	}
 	setBudget()
+	setWatchBudget()
 	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), uids: map[uint32]*holder{},
 		short: opt.Timeout, long: opt.CacheTimeout}
 	root := &rootNode{v: v, hide: opt.Hide}
@@ -519,6 +520,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if h.Kind != securefs.KindDir {
 		return nil, 0, syscall.ENOTDIR
 	}
+	if errno := permits(ctx, &h.Stat, 0); errno != 0 {
+		return nil, 0, errno
+	}
 	if errno := n.v.take(own); errno != 0 {
 		return nil, 0, errno
 	}
@@ -533,7 +537,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 		// (see watch_linux.go).
 		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	}
-	d := newDir(n, fd, own)
+	d := newDir(n, fd, own, &h.Stat)
 	n.v.track(d)
 	return d, keep, 0
 }
@@ -586,6 +590,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// (LOOKUP_REVAL), finds the new file's node and opens that.
 	if !n.fileMount() && (uint64(h.Stat.Dev) != n.dev || h.Stat.Ino != n.ino) {
 		return nil, 0, syscall.ESTALE
+	}
+	if errno := permits(ctx, &h.Stat, flags); errno != 0 {
+		return nil, 0, errno
 	}
 	if errno := n.v.take(own); errno != 0 {
 		return nil, 0, errno

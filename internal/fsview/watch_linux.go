@@ -1,9 +1,11 @@
 package fsview
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -73,6 +75,30 @@ var (
 	addWatch    = unix.InotifyAddWatch
 )
 
+// The watch budget. Watches count against fs.inotify.max_user_watches,
+// a limit per user that sluiced (root) shares with every other process
+// of root on the host: systemd, udev, file watchers. A command walking a
+// big tree makes the view watch every directory it lists, and without a
+// bound took them all, so that the host's own watches failed (ENOSPC)
+// until the view was remade. All views of the process together hold at
+// most half of the limit; beyond it a directory is served unwatched, as
+// one the limit refused (TestWatchBudget).
+var (
+	watchesHeld atomic.Int64
+	watchBudget atomic.Int64
+)
+
+// setWatchBudget reads the limit now (each Mount).
+func setWatchBudget() {
+	limit := int64(8192) // the kernel's old default
+	if b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_watches"); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
+			limit = n
+		}
+	}
+	watchBudget.Store(limit / 2)
+}
+
 // parentRel names the directory a file mount's file lives in; no path of
 // a view is "/".
 const parentRel = "/"
@@ -128,7 +154,12 @@ func (w *watcher) close() {
 	unix.Close(w.stop[1])
 	<-w.done
 	unix.Close(w.stop[0])
-	unix.Close(w.fd)
+	w.wmu.Lock()
+	unix.Close(w.fd) // every watch goes with it
+	watchesHeld.Add(-int64(len(w.byWd)))
+	clear(w.byWd)
+	clear(w.byLoc)
+	w.wmu.Unlock()
 }
 
 func (w *watcher) loop() {
@@ -206,6 +237,7 @@ func (w *watcher) act(buf []byte) {
 			for wd := range w.byWd {
 				unix.InotifyRmWatch(w.fd, uint32(wd))
 			}
+			watchesHeld.Add(-int64(len(w.byWd)))
 			clear(w.byWd)
 			clear(w.byLoc)
 			todo = append(todo[:0], change{reset: true})
@@ -216,6 +248,9 @@ func (w *watcher) act(buf []byte) {
 			// The kernel dropped the watch (the directory is gone).
 			for l := range locs {
 				delete(w.byLoc, l)
+			}
+			if locs != nil {
+				watchesHeld.Add(-1)
 			}
 			delete(w.byWd, ev.Wd)
 			continue
@@ -250,6 +285,7 @@ func (w *watcher) forgetLocked(l loc) {
 			delete(set, k)
 			if len(set) == 0 {
 				delete(w.byWd, wd)
+				watchesHeld.Add(-1)
 				unix.InotifyRmWatch(w.fd, uint32(wd))
 			}
 		}
@@ -361,7 +397,7 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	if _, ok := w.byLoc[l]; ok {
 		return true
 	}
-	if w.fd < 0 {
+	if w.fd < 0 || watchesHeld.Load() >= watchBudget.Load() {
 		return false
 	}
 	// The watch is on the inode the fd holds: no path is looked up again
@@ -372,14 +408,47 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	if err != nil {
 		return false
 	}
+	if !w.names(l, fd) {
+		// The path was renamed away after fd was resolved, and the
+		// rename's event may have been read before this watch existed
+		// to be forgotten: the watch would be on a directory the path
+		// no longer names, and the one it names would go unreported
+		// (TestWatchesNameTheirDirectory). A rename after this check
+		// is an event that forgets the watch (wmu is held until it is
+		// recorded).
+		if len(w.byWd[int32(wd)]) == 0 {
+			unix.InotifyRmWatch(w.fd, uint32(wd))
+		}
+		return false
+	}
 	w.byLoc[l] = int32(wd)
 	set := w.byWd[int32(wd)]
 	if set == nil {
 		set = map[loc]struct{}{}
 		w.byWd[int32(wd)] = set
+		watchesHeld.Add(1)
 	}
 	set[l] = struct{}{}
 	return true
+}
+
+// names reports whether the directory l's path names now is fd's. A
+// mount's own directory (and a file mount's) is its root fd, which no
+// rename moves.
+func (w *watcher) names(l loc, fd int) bool {
+	if l.rel == "" || l.rel == parentRel {
+		return true
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false
+	}
+	h, err := w.v.srcs[l.m].Root.ResolveNoFollow(l.rel)
+	if err != nil {
+		return false
+	}
+	defer h.Close()
+	return h.Stat.Dev == st.Dev && h.Stat.Ino == st.Ino
 }
 
 // Watches reports how many directories of the view are watched.

@@ -29,6 +29,7 @@ TARGETS=(
   daemon:FuzzCallResultJSON
   internal/foldname:FuzzKey
   internal/securefs:FuzzResolve
+  internal/strictjson:FuzzCheckKeys
   egress/netpolicy:FuzzParseURL
   egress/netpolicy:FuzzAuthorizeConnect
 )

@@ -10,10 +10,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // KeyError is an object key that is repeated or not a field's exact name.
@@ -39,87 +41,291 @@ func Decode(data []byte, v any) error {
 
 // CheckKeys walks data alongside type t and rejects, at any depth, an
 // object key that is repeated or that names a struct field other than by
-// its exact JSON name. data must already be valid JSON for t.
+// its exact JSON name. data must already be valid JSON for t (Decode and
+// the manifest loader decode it first); anything else is an error.
+//
+// It scans the bytes itself rather than through json.Decoder.Token, which
+// allocated for every token (42 of a read call's ~145 allocations). Keys
+// are compared as encoding/json reads them: a key with an escape or a
+// byte outside printable ASCII is unquoted by encoding/json itself, so
+// "\u0074ool" is "tool" here too. FuzzCheckKeys holds it to the
+// token-walking version it replaced.
 func CheckKeys(data []byte, t reflect.Type) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	return walk(dec, t, "")
+	s := scanner{data: data}
+	if err := s.value(t); err != nil {
+		var ke *keyErr
+		if errors.As(err, &ke) {
+			return ke.keyError()
+		}
+		return err
+	}
+	s.space()
+	if s.i != len(s.data) {
+		return s.syntax()
+	}
+	return nil
 }
 
-func walk(dec *json.Decoder, t reflect.Type, path string) error {
+// scanner walks JSON text that has been validated already.
+type scanner struct {
+	data []byte
+	i    int
+}
+
+// keyErr is a KeyError on its way up: the path's steps, innermost first,
+// added by each object and array it leaves, so that nothing is built
+// for a key that is fine.
+type keyErr struct {
+	steps []step
+	msg   string
+}
+
+// step is a key, or an array's element.
+type step struct {
+	key  string
+	elem bool
+}
+
+func (e *keyErr) Error() string { return e.keyError().Error() }
+
+// keyError spells the path as the token walk did: keys joined by ".",
+// "[]" after an array.
+func (e *keyErr) keyError() *KeyError {
+	var b strings.Builder
+	for i := len(e.steps) - 1; i >= 0; i-- {
+		if e.steps[i].elem {
+			b.WriteString("[]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.steps[i].key)
+	}
+	return &KeyError{Path: b.String(), Msg: e.msg}
+}
+
+// within adds one step to err's path if it is a keyErr.
+func within(err error, st step) error {
+	if ke, ok := err.(*keyErr); ok {
+		ke.steps = append(ke.steps, st)
+	}
+	return err
+}
+
+var errSyntax = errors.New("strictjson: malformed JSON")
+
+func (s *scanner) syntax() error {
+	return fmt.Errorf("%w at byte %d", errSyntax, s.i)
+}
+
+func (s *scanner) space() {
+	for s.i < len(s.data) {
+		switch s.data[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// value checks the value at s.i, of type t (nil: unknown).
+func (s *scanner) value(t reflect.Type) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return err
+	s.space()
+	if s.i >= len(s.data) {
+		return s.syntax()
 	}
-	delim, ok := tok.(json.Delim)
-	if !ok {
-		return nil // a scalar
-	}
-	switch delim {
+	switch s.data[s.i] {
+	case '{':
+		return s.object(t)
 	case '[':
 		var elem reflect.Type
 		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			elem = t.Elem()
 		}
-		for dec.More() {
-			if err := walk(dec, elem, path+"[]"); err != nil {
-				return err
+		s.i++
+		s.space()
+		if s.i < len(s.data) && s.data[s.i] == ']' {
+			s.i++
+			return nil
+		}
+		for {
+			if err := s.value(elem); err != nil {
+				return within(err, step{elem: true})
+			}
+			s.space()
+			if s.i >= len(s.data) {
+				return s.syntax()
+			}
+			switch s.data[s.i] {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
+				return nil
+			default:
+				return s.syntax()
 			}
 		}
-		_, err := dec.Token() // ]
+	case '"':
+		_, _, err := s.str()
 		return err
-	case '{':
-		fields := map[string]reflect.Type{}
-		isStruct := t != nil && t.Kind() == reflect.Struct
-		if isStruct {
-			collectFields(t, fields)
-		}
-		seen := map[string]bool{}
-		for dec.More() {
-			kt, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			key := kt.(string)
-			where := key
-			if path != "" {
-				where = path + "." + key
-			}
-			if seen[key] {
-				return &KeyError{Path: where, Msg: "key given twice"}
-			}
-			seen[key] = true
-			var vt reflect.Type
-			switch {
-			case isStruct:
-				ft, ok := fields[key]
-				if !ok {
-					return &KeyError{Path: where, Msg: "unknown field (names are case-sensitive)"}
+	default:
+		// a number, true, false or null: up to the next delimiter
+		start := s.i
+		for s.i < len(s.data) {
+			switch s.data[s.i] {
+			case ',', ']', '}', ' ', '\t', '\n', '\r':
+				if s.i == start {
+					return s.syntax()
 				}
-				vt = ft
-			case t != nil && t.Kind() == reflect.Map:
-				vt = t.Elem()
+				return nil
 			}
-			if t == rawMessage || t == anyType {
-				vt = nil
-			}
-			if err := walk(dec, vt, where); err != nil {
-				return err
-			}
+			s.i++
 		}
-		_, err := dec.Token() // }
-		return err
+		if s.i == start {
+			return s.syntax()
+		}
+		return nil
 	}
-	return nil
 }
 
-var (
-	rawMessage = reflect.TypeOf(json.RawMessage(nil))
-	anyType    = reflect.TypeOf((*any)(nil)).Elem()
-)
+// str consumes the string at s.i and returns its raw bytes, quotes
+// included, and whether they are plain: printable ASCII with no escape,
+// so that the text between the quotes is the string itself.
+func (s *scanner) str() (raw []byte, plain bool, err error) {
+	start := s.i
+	if s.i >= len(s.data) || s.data[s.i] != '"' {
+		return nil, false, s.syntax()
+	}
+	plain = true
+	for s.i++; s.i < len(s.data); s.i++ {
+		switch c := s.data[s.i]; {
+		case c == '"':
+			s.i++
+			return s.data[start:s.i], plain, nil
+		case c == '\\':
+			plain = false
+			s.i++ // the escaped byte; \uXXXX's digits are plain bytes
+		case c < 0x20 || c >= 0x80:
+			plain = false
+		}
+	}
+	return nil, false, s.syntax()
+}
+
+// maxSeenInline keys of an object are compared in a list; more go in a map.
+const maxSeenInline = 16
+
+func (s *scanner) object(t reflect.Type) error {
+	var fields map[string]reflect.Type
+	isStruct := t != nil && t.Kind() == reflect.Struct
+	if isStruct {
+		fields = fieldsOf(t)
+	}
+	s.i++ // {
+	s.space()
+	if s.i < len(s.data) && s.data[s.i] == '}' {
+		s.i++
+		return nil
+	}
+	var (
+		inline [maxSeenInline][]byte
+		seen   = inline[:0]
+		many   map[string]bool
+	)
+	for {
+		s.space()
+		raw, plain, err := s.str()
+		if err != nil {
+			return err
+		}
+		// key is the key as encoding/json reads it: the bytes between
+		// the quotes, or, with an escape or a byte outside printable
+		// ASCII, what encoding/json unquotes them to.
+		key := raw[1 : len(raw)-1]
+		if !plain {
+			var k string
+			if err := json.Unmarshal(raw, &k); err != nil {
+				return err
+			}
+			key = []byte(k)
+		}
+		twice := false
+		if many != nil {
+			twice = many[string(key)]
+			many[string(key)] = true
+		} else {
+			for _, k := range seen {
+				if bytes.Equal(k, key) {
+					twice = true
+					break
+				}
+			}
+			if len(seen) < maxSeenInline {
+				seen = append(seen, key)
+			} else {
+				many = make(map[string]bool, 2*maxSeenInline)
+				for _, k := range seen {
+					many[string(k)] = true
+				}
+				many[string(key)] = true
+			}
+		}
+		if twice {
+			return &keyErr{steps: []step{{key: string(key)}}, msg: "key given twice"}
+		}
+		var vt reflect.Type
+		switch {
+		case isStruct:
+			ft, ok := fields[string(key)]
+			if !ok {
+				return &keyErr{steps: []step{{key: string(key)}}, msg: "unknown field (names are case-sensitive)"}
+			}
+			vt = ft
+		case t != nil && t.Kind() == reflect.Map:
+			vt = t.Elem()
+		}
+		s.space()
+		if s.i >= len(s.data) || s.data[s.i] != ':' {
+			return s.syntax()
+		}
+		s.i++
+		if err := s.value(vt); err != nil {
+			return within(err, step{key: string(key)})
+		}
+		s.space()
+		if s.i >= len(s.data) {
+			return s.syntax()
+		}
+		switch s.data[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.syntax()
+		}
+	}
+}
+
+// fieldCache holds each struct type's exact JSON names (collectFields).
+var fieldCache sync.Map // reflect.Type -> map[string]reflect.Type
+
+func fieldsOf(t reflect.Type) map[string]reflect.Type {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(map[string]reflect.Type)
+	}
+	f := map[string]reflect.Type{}
+	collectFields(t, f)
+	fieldCache.Store(t, f)
+	return f
+}
 
 // collectFields maps exact JSON names to field types, following embedded
 // structs as encoding/json does.

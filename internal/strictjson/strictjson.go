@@ -157,18 +157,8 @@ func (s *scanner) value(t reflect.Type) error {
 			if err := s.value(elem); err != nil {
 				return within(err, step{elem: true})
 			}
-			s.space()
-			if s.i >= len(s.data) {
-				return s.syntax()
-			}
-			switch s.data[s.i] {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return nil
-			default:
-				return s.syntax()
+			if end, err := s.after(']'); end || err != nil {
+				return err
 			}
 		}
 	case '"':
@@ -298,20 +288,28 @@ func (s *scanner) object(t reflect.Type) error {
 		if err := s.value(vt); err != nil {
 			return within(err, step{key: string(key)})
 		}
-		s.space()
-		if s.i >= len(s.data) {
-			return s.syntax()
-		}
-		switch s.data[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil
-		default:
-			return s.syntax()
+		if end, err := s.after('}'); end || err != nil {
+			return err
 		}
 	}
+}
+
+// after consumes what follows a member of an array or object: a comma
+// (end false: another member comes) or the closing byte (end true).
+func (s *scanner) after(closing byte) (end bool, err error) {
+	s.space()
+	if s.i >= len(s.data) {
+		return false, s.syntax()
+	}
+	switch s.data[s.i] {
+	case ',':
+		s.i++
+		return false, nil
+	case closing:
+		s.i++
+		return true, nil
+	}
+	return false, s.syntax()
 }
 
 // fieldCache holds each struct type's exact JSON names (collectFields).

@@ -62,3 +62,66 @@ func TestReview4NeverDoubleStar(t *testing.T) {
 		t.Errorf("the secret is in the ledger")
 	}
 }
+
+// TestReview4NestedRootsNever: with nested roots ("workspace" and
+// "workspace/src") a never glob anchored at a root ("private/**") hides
+// workspace/src/private under every spelling. It was hidden only when the
+// request was spelled beneath workspace/src: "workspace/src/../src/private/k",
+// "workspace/other/../src/private/k" or a symlink in workspace resolved
+// beneath "workspace" alone, and the file was read, overwritten and
+// deleted; a listing of workspace/src beneath "workspace" showed "private".
+func TestReview4NestedRootsNever(t *testing.T) {
+	testutil.RequireRoot(t)
+	base := t.TempDir()
+	testutil.Must(t, os.Chmod(base, 0o755))
+	ws := filepath.Join(base, "workspace")
+	testutil.Must(t, os.MkdirAll(filepath.Join(ws, "src/private"), 0o755))
+	testutil.Must(t, os.MkdirAll(filepath.Join(ws, "other"), 0o755))
+	secret := filepath.Join(ws, "src/private/k")
+	testutil.Must(t, os.WriteFile(secret, []byte(escapetest.Secret+" k\n"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "src/main.py"), []byte("print('hello')\n"), 0o644))
+	testutil.Must(t, os.Symlink("src", filepath.Join(ws, "link")))
+	roots := `"roots":["workspace","workspace/src"],"never":["private/**"]`
+	m := writeManifest(t, base, `{"schema_version":1,"tools":{
+	  "read_file":{"operation":"read",`+roots+`},
+	  "list_dir":{"operation":"list",`+roots+`},
+	  "write_file":{"operation":"write",`+roots+`},
+	  "delete_file":{"operation":"delete",`+roots+`}}}`)
+	h := start(t, m, securefs.ModeAuto)
+	spellings := []string{"workspace/src/private/k", "workspace/src/../src/private/k",
+		"workspace/other/../src/private/k", "workspace/link/private/k"}
+	for _, p := range spellings {
+		res, body := h.call("read_file", map[string]any{"path": p})
+		if res.Verdict != "deny" || res.Reason != "never_listed" {
+			t.Errorf("read_file %q: %s/%s, want deny/never_listed", p, res.Verdict, res.Reason)
+		}
+		if bytes.Contains(body, []byte(escapetest.Secret)) {
+			t.Errorf("read_file %q: the secret is in the response: %s", p, body)
+		}
+		if res, body = h.call("write_file", map[string]any{"path": p, "content": "pwned\n"}); res.Verdict != "deny" || res.Reason != "never_listed" {
+			t.Errorf("write_file %q: %s/%s, want deny/never_listed: %s", p, res.Verdict, res.Reason, body)
+		}
+		if res, body = h.call("delete_file", map[string]any{"path": p}); res.Verdict != "deny" || res.Reason != "never_listed" {
+			t.Errorf("delete_file %q: %s/%s, want deny/never_listed: %s", p, res.Verdict, res.Reason, body)
+		}
+		dir := strings.TrimSuffix(p, "/k")
+		if res, body = h.call("list_dir", map[string]any{"path": dir}); res.Verdict != "deny" || res.Reason != "never_listed" {
+			t.Errorf("list_dir %q: %s/%s, want deny/never_listed: %s", dir, res.Verdict, res.Reason, body)
+		}
+	}
+	for _, p := range []string{"workspace/src", "workspace/other/../src", "workspace/link"} {
+		res, body := h.call("list_dir", map[string]any{"path": p})
+		if res.Verdict != "allow" || res.Output == nil || !strings.Contains(*res.Output, `"main.py"`) {
+			t.Errorf("list_dir %q: %s/%s, want allow with main.py: %s", p, res.Verdict, res.Reason, body)
+		}
+		if bytes.Contains(body, []byte(`"private"`)) {
+			t.Errorf("list_dir %q shows a hidden name: %s", p, body)
+		}
+	}
+	if b, err := os.ReadFile(secret); err != nil || !bytes.Contains(b, []byte(escapetest.Secret)) {
+		t.Errorf("the hidden file changed: %q, %v", b, err)
+	}
+	if b := h.ledger(); bytes.Contains(b, []byte(escapetest.Secret)) {
+		t.Errorf("the secret is in the ledger")
+	}
+}

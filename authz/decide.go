@@ -449,8 +449,9 @@ func NeverMatchResolved(t *Tool, root int, rel string) bool {
 // roots ("ws" and "ws/src", never "private/**") a file is hidden by its
 // path from each: ws/src/private/k stays hidden when it is reached beneath
 // "ws" (as "ws/src/../src/private/k", or through a symlink in ws), not
-// only when the request is spelled beneath "ws/src". Roots are compared as
-// the manifest writes them, lexically.
+// only when the request is spelled beneath "ws/src". Roots are compared
+// lexically, as the manifest writes them, each name also as a
+// case-insensitive disk compares it (the kernel may name "ws/SRC").
 func neverOtherRoots(ix *toolIndex, i int, rel string) (int, bool) {
 	if len(ix.never) == 0 || len(ix.roots) < 2 || i < 0 || i >= len(ix.roots) {
 		return 0, false
@@ -458,7 +459,7 @@ func neverOtherRoots(ix *toolIndex, i int, rel string) (int, bool) {
 	var buf [32]string
 	full := append(append(buf[:0], ix.roots[i]...), splitPath(rel, nil)...)
 	for j, rc := range ix.roots {
-		if j == i || len(rc) > len(full) || !slices.Equal(rc, full[:len(rc)]) {
+		if j == i || len(rc) > len(full) || !slices.EqualFunc(rc, full[:len(rc)], foldname.Equal) {
 			continue
 		}
 		if gi, hit := neverMatchComps(ix.never, full[len(rc):]); hit {

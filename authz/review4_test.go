@@ -27,7 +27,7 @@ func TestReview4NeverNestedRoots(t *testing.T) {
 		want bool
 	}{
 		{0, "src/private/k", true}, {0, "src/private", true}, {1, "private/k", true},
-		{0, "private/k", true}, {0, "src/main.py", false}, {0, "other/private2", false}, {1, "main.py", false},
+		{0, "private/k", true}, {0, "SRC/private/k", true}, {0, "Src./Private/k", true}, {0, "src/main.py", false}, {0, "other/private2", false}, {1, "main.py", false},
 	} {
 		if got := NeverMatchResolved(tool, c.root, c.rel); got != c.want {
 			t.Errorf("NeverMatchResolved(root %d, %q) = %v, want %v", c.root, c.rel, got, c.want)

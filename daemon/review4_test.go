@@ -159,3 +159,40 @@ func TestReview4TaskWithDotsCancellable(t *testing.T) {
 		}
 	}
 }
+
+// TestReview4NestedRootsCaseInsensitive: nested roots on a case-insensitive
+// disk. "workspace/SRC/private/key" lies lexically beneath "workspace"
+// alone, and the kernel names what it opened with the spelling asked for;
+// the inner root "workspace/src" still hides it.
+func TestReview4NestedRootsCaseInsensitive(t *testing.T) {
+	testutil.RequireRoot(t)
+	base := t.TempDir()
+	testutil.Must(t, os.Chmod(base, 0o755))
+	backing := filepath.Join(base, "backing")
+	testutil.Must(t, os.MkdirAll(filepath.Join(backing, "src/private"), 0o755))
+	testutil.Must(t, os.MkdirAll(filepath.Join(base, "workspace"), 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(backing, "src/private/key"), []byte(escapetest.Secret+" key\n"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(backing, "src/main.py"), []byte("print('hello')\n"), 0o644))
+	mountCaseInsensitive(t, backing, filepath.Join(base, "workspace"))
+	roots := `"roots":["workspace","workspace/src"],"never":["private/**"]`
+	m := writeManifest(t, base, `{"schema_version":1,"tools":{
+	  "read_file":{"operation":"read",`+roots+`},
+	  "list_dir":{"operation":"list",`+roots+`}}}`)
+	h := start(t, m, securefs.ModeAuto)
+	if res, body := h.call("read_file", map[string]any{"path": "workspace/SRC/main.py"}); res.Verdict != "allow" {
+		t.Fatalf("read_file workspace/SRC/main.py: %s/%s, want allow (is the loopback case-insensitive?): %s", res.Verdict, res.Reason, body)
+	}
+	for _, p := range []string{"workspace/SRC/private/key", "workspace/Src./private/key", "workspace/SRC/../src/private/key"} {
+		res, body := h.call("read_file", map[string]any{"path": p})
+		if res.Verdict != "deny" || res.Reason != "never_listed" {
+			t.Errorf("read_file %q: %s/%s, want deny/never_listed", p, res.Verdict, res.Reason)
+		}
+		if bytes.Contains(body, []byte(escapetest.Secret)) {
+			t.Errorf("read_file %q: the secret is in the response: %s", p, body)
+		}
+	}
+	res, body := h.call("list_dir", map[string]any{"path": "workspace/SRC"})
+	if res.Verdict != "allow" || bytes.Contains(body, []byte(`"private"`)) {
+		t.Errorf("list_dir workspace/SRC: %s/%s, want allow without private: %s", res.Verdict, res.Reason, body)
+	}
+}

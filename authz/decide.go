@@ -398,6 +398,11 @@ func decidePath(ix *toolIndex, req *Request, kind func(api.Kind, string) Decisio
 				return d
 			}
 		}
+		if gi, hit := neverOtherRoots(ix, matches[i].Index, res.Rel); hit {
+			d := deny(api.ReasonNeverListed, ix.neverKeys[gi])
+			d.Resource = res
+			return d
+		}
 		d := kind(res.Kind, rootKey)
 		d.Resource = res
 		return d
@@ -424,6 +429,44 @@ func outcomeDenial(outcome, rootKey string) (Decision, int) {
 func NeverMatch(t *Tool, rel string) bool {
 	_, hit := neverMatch(t.index().never, rel)
 	return hit
+}
+
+// NeverMatchResolved reports whether a path that the kernel resolved
+// beneath the tool's root number root (rel, as the kernel names it) is
+// hidden: as a path from that root, or from any other root of the tool it
+// also lies beneath.
+func NeverMatchResolved(t *Tool, root int, rel string) bool {
+	ix := t.index()
+	if _, hit := neverMatch(ix.never, rel); hit {
+		return true
+	}
+	_, hit := neverOtherRoots(ix, root, rel)
+	return hit
+}
+
+// neverOtherRoots checks a path resolved beneath root i against never as a
+// path from every other root of the tool that contains it. With nested
+// roots ("ws" and "ws/src", never "private/**") a file is hidden by its
+// path from each: ws/src/private/k stays hidden when it is reached beneath
+// "ws" (as "ws/src/../src/private/k", or through a symlink in ws), not
+// only when the request is spelled beneath "ws/src". Roots are compared
+// lexically, as the manifest writes them, each name also as a
+// case-insensitive disk compares it (the kernel may name "ws/SRC").
+func neverOtherRoots(ix *toolIndex, i int, rel string) (int, bool) {
+	if len(ix.never) == 0 || len(ix.roots) < 2 || i < 0 || i >= len(ix.roots) {
+		return 0, false
+	}
+	var buf [32]string
+	full := append(append(buf[:0], ix.roots[i]...), splitPath(rel, nil)...)
+	for j, rc := range ix.roots {
+		if j == i || len(rc) > len(full) || !slices.EqualFunc(rc, full[:len(rc)], foldname.Equal) {
+			continue
+		}
+		if gi, hit := neverMatchComps(ix.never, full[len(rc):]); hit {
+			return gi, true
+		}
+	}
+	return 0, false
 }
 
 func neverMatch(globs []glob, rel string) (int, bool) {

@@ -222,6 +222,10 @@ func buildIndex(name string, t *Tool) *toolIndex {
 			for _, c := range splitPath(g, nil) {
 				gl.comps = append(gl.comps, compileName(c))
 			}
+		} else if g == "**" {
+			// "**" spans components only in a pattern with '/'; alone it
+			// is a name glob that matches every name, as "*" does.
+			gl.name = namePat{kind: patAny}
 		} else {
 			gl.name = compileName(g)
 		}

@@ -17,6 +17,9 @@ import (
 type route struct {
 	method string
 	h      func(http.ResponseWriter, *http.Request, Peer)
+	// dots: the route's path segment is a caller-chosen id (a task), which
+	// may hold "..": it is one segment, never a path.
+	dots bool
 }
 
 // routes is a small exact-path router, so that 404 and 405 answer in JSON
@@ -41,7 +44,7 @@ func (d *Daemon) routes() http.Handler {
 		if !ok {
 			rt, ok = d.paramRoute(r)
 		}
-		if !ok || strings.Contains(r.URL.Path, "..") {
+		if !ok || !rt.dots && strings.Contains(r.URL.Path, "..") {
 			writeError(w, http.StatusNotFound, api.ErrNotFound, "no such endpoint: "+r.URL.Path)
 			return
 		}
@@ -87,7 +90,7 @@ func (d *Daemon) paramRoute(r *http.Request) (route, bool) {
 			if err != nil || len(task) > maxTaskID || strings.ContainsFunc(task, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 				return route{}, false
 			}
-			return route{method: http.MethodPost, h: func(w http.ResponseWriter, r *http.Request, peer Peer) {
+			return route{method: http.MethodPost, dots: true, h: func(w http.ResponseWriter, r *http.Request, peer Peer) {
 				d.handleTaskCancel(w, r, peer, task)
 			}}, true
 		}

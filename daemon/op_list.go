@@ -24,7 +24,7 @@ func execList(c *call, _ func(string, []byte)) *outcome { return c.fileTool(list
 
 func listOf(c *call) func(*securefs.Handle, int64) ([]byte, bool, error) {
 	return func(h *securefs.Handle, max int64) ([]byte, bool, error) {
-		return listDir(h, c.tool, c.dec.Resource.Rel, max)
+		return listDir(h, c.tool, c.dec.Resource.Root, c.dec.Resource.Rel, max)
 	}
 }
 
@@ -41,7 +41,7 @@ type listEntry struct {
 // name, symlinks reported as links (lstat, never followed), names hidden by
 // the tool's never globs left out. Output stops at a whole line within max
 // bytes; truncated says more existed.
-func listDir(h *securefs.Handle, t *authz.Tool, rel string, max int64) ([]byte, bool, error) {
+func listDir(h *securefs.Handle, t *authz.Tool, root int, rel string, max int64) ([]byte, bool, error) {
 	f, err := h.Open()
 	if err != nil {
 		return nil, false, err
@@ -67,7 +67,7 @@ func listDir(h *securefs.Handle, t *authz.Tool, rel string, max int64) ([]byte, 
 	dfd := int(f.Fd())
 	var out bytes.Buffer
 	for _, name := range names {
-		if authz.NeverMatch(t, path.Join(rel, name)) {
+		if authz.NeverMatchResolved(t, root, path.Join(rel, name)) {
 			continue
 		}
 		var st unix.Stat_t

@@ -115,9 +115,19 @@ func (h *eventHub) close() {
 // client's GET /v1/tools and its subscription is not missed; then one
 // "policy_loaded" per successful reload. A follower that falls
 // eventBuffer events behind gets a "dropped" line and the stream ends; at
-// shutdown the stream ends. Any peer may follow it: it reveals only the
-// policy version, which /v1/health shows everyone.
+// shutdown the stream ends. Any principal of the manifest may follow it
+// (it reveals only the policy version, which /v1/health shows everyone);
+// a uid that is no principal may not, so that local users the manifest
+// does not name cannot take the followers' slots from those it does
+// (TestEventsRefuseStrangers).
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, peer Peer) {
+	p := d.acquire()
+	_, known := p.m.Identify(peer.UID, peer.GID)
+	p.release()
+	if !known {
+		writeError(w, http.StatusForbidden, api.ErrForbidden, fmt.Sprintf("uid %d is not a principal of the manifest: it may not follow events", peer.UID))
+		return
+	}
 	s, err := d.events.subscribe(peer.UID)
 	if err == errShutdown {
 		writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable, "sluiced is shutting down")
@@ -138,7 +148,7 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, peer Peer)
 		_ = rc.SetWriteDeadline(time.Now().Add(d.cfg.WriteTimeout))
 		return enc.Encode(ev) == nil && rc.Flush() == nil
 	}
-	p := d.acquire()
+	p = d.acquire()
 	version := p.m.Version
 	p.release()
 	if !send(api.DaemonEvent{Event: api.DaemonEventSubscribed, PolicyVersion: version}) {

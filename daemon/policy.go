@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -94,6 +95,10 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 				return nil, fmt.Errorf("manifest: tools.%s.roots[%d]: %q: %w", name, i, r, err)
 			}
 		}
+		if err := rootsAsKernelNames(base, t, rs); err != nil {
+			p.close()
+			return nil, fmt.Errorf("manifest: tools.%s.%w", name, err)
+		}
 		p.roots[name] = rs
 	}
 	// Pools start last, once nothing else can fail the load: they create
@@ -147,4 +152,40 @@ func (p *policy) retire() {
 	if p.users.Load() == 0 {
 		p.close()
 	}
+}
+
+// rootsAsKernelNames refuses, in a tool with two or more roots and never
+// globs, a root the manifest does not spell as the kernel names it (a
+// symlink on the way, or another case on a case-insensitive disk). Such a
+// tool checks a path from every root it lies beneath (a never glob
+// anchored at an inner root hides its files when they are reached beneath
+// an outer one too), comparing roots as written: a root reached through a
+// symlink would nest, or not, otherwise than its name says, and its files
+// would escape its never globs beneath the other root (the fourth review's
+// remaining case, docs/security.md).
+func rootsAsKernelNames(base *securefs.Root, t *authz.Tool, rs []*securefs.Root) error {
+	if len(t.Roots) < 2 || len(t.Never) == 0 {
+		return nil
+	}
+	baseAbs, err := base.Path()
+	if err != nil {
+		return fmt.Errorf("roots: locate the base: %w", err)
+	}
+	for i, root := range rs {
+		if root == nil {
+			continue // missing: not_found until a reload finds it
+		}
+		abs, err := root.Path()
+		if err != nil {
+			return fmt.Errorf("roots[%d]: locate %q: %w", i, t.Roots[i], err)
+		}
+		rel, ok := strings.CutPrefix(abs, strings.TrimSuffix(baseAbs, "/")+"/")
+		if abs == baseAbs {
+			rel, ok = ".", true
+		}
+		if want := filepath.Clean(t.Roots[i]); !ok || rel != want {
+			return fmt.Errorf("roots[%d]: %q is %q as the kernel names it (a symlink on the way, or another case): in a tool with several roots and never globs, write each root as the kernel names it", i, t.Roots[i], rel)
+		}
+	}
+	return nil
 }

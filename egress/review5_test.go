@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/egress/netpolicy"
@@ -60,5 +61,32 @@ func TestReview5ProxySmuggling(t *testing.T) {
 	want := []string{"GET /one body=", "POST /p body=", "GET /redir body="}
 	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("upstream saw:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestReview5ProxyAdmit: a connection Admit refuses is answered 503 before
+// anything is read or dialed, and makes no record.
+func TestReview5ProxyAdmit(t *testing.T) {
+	srv := newServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
+	var admit atomic.Bool
+	admit.Store(true)
+	e := startProxy(t, &Proxy{Client: testClient(newResolver("plain.test", "127.0.0.1")), Policy: p, Admit: admit.Load})
+	req := "GET http://plain.test:" + srv.port + "/ HTTP/1.1\r\n\r\n"
+	if code := e.raw(t, req); code != 200 {
+		t.Fatalf("admitted: %d", code)
+	}
+	e.record(t)
+	admit.Store(false)
+	if code := e.raw(t, req); code != 503 {
+		t.Fatalf("refused: %d, want 503", code)
+	}
+	select {
+	case r := <-e.records:
+		t.Fatalf("a refused connection made a record: %+v", r)
+	default:
+	}
+	if n := srv.hits.Load(); n != 1 {
+		t.Fatalf("upstream hits %d, want 1", n)
 	}
 }

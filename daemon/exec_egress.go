@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
@@ -22,6 +23,38 @@ import (
 // through the proxy at once (each is two fds of sluiced's); beyond it the
 // proxy answers 503.
 const egressMaxConns = 64
+
+// egressConnRate and egressConnBurst bound how fast one call's command may
+// open connections to its proxy (a token bucket, per call). Each served
+// connection is a ledger record; without a bound one python loop wrote
+// 52,137 records (35 MB) in 5 s. Connections over the rate are answered
+// 503 before anything is read or dialed, and one record per call says how
+// many were refused (reason busy).
+const (
+	egressConnRate  = 50  // per second
+	egressConnBurst = 500 // at once
+)
+
+// connBucket is a token bucket; not safe for concurrent use (the proxy
+// asks from its accepting goroutine only).
+type connBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func newConnBucket(now time.Time) *connBucket {
+	return &connBucket{tokens: egressConnBurst, last: now}
+}
+
+func (b *connBucket) take(now time.Time) bool {
+	b.tokens = min(egressConnBurst, b.tokens+now.Sub(b.last).Seconds()*egressConnRate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
 
 // prepareEgress builds an execute tool's egress policy once per manifest
 // load (errors name tools.NAME.egress.KEY) and gives its containers a
@@ -64,10 +97,18 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 		return func() bool { return true }
 	}
 	var failed atomic.Bool
+	var refused int64 // read after Serve returned
+	bucket := newConnBucket(time.Now())
 	px := &egress.Proxy{Policy: et.egress, MaxConns: egressMaxConns, OnConn: func(r egress.ConnRecord) {
 		if err := c.auditConn(r); err != nil {
 			failed.Store(true)
 		}
+	}, Admit: func() bool {
+		if bucket.take(time.Now()) {
+			return true
+		}
+		refused++
+		return false
 	}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -80,8 +121,30 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 	return func() bool {
 		cancel()
 		<-done
+		if refused > 0 {
+			if err := c.auditConnsRefused(refused); err != nil {
+				failed.Store(true)
+			}
+		}
 		return !failed.Load()
 	}
+}
+
+// auditConnsRefused appends the one record that counts the connections
+// refused over egressConnRate (not synced, as auditConn).
+func (c *call) auditConnsRefused(n int64) error {
+	rec := &audit.Record{
+		Kind: audit.KindConnection, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
+		Tool: c.req.Tool, Operation: api.OpExecute, Verdict: api.VerdictDeny, Reason: api.ReasonBusy,
+		PolicyVersion: c.p.m.Version,
+		Detail:        fmt.Sprintf("%d connections refused: over %d/s (burst %d) for one call", n, egressConnRate, egressConnBurst),
+		Egress:        &audit.Egress{}, Result: &audit.Result{},
+	}
+	_, err := c.d.ledger.Append(rec)
+	if err != nil {
+		c.d.log.Error("audit connection failed; the call's output is withheld", "err", err, "call_id", c.id)
+	}
+	return err
 }
 
 // auditConn appends the record of one proxied connection (not synced:

@@ -59,6 +59,11 @@ type Proxy struct {
 	MaxHeaderBytes int
 	// MaxConns bounds concurrent connections; 0 means 256.
 	MaxConns int
+	// Admit, when set, is asked for each accepted connection before
+	// anything is read from it; false answers 503 and closes it, and
+	// OnConn is not called for it (the caller counts what it refused).
+	// It is called from the accepting goroutine only.
+	Admit func() bool
 }
 
 // Serve accepts connections on l until ctx ends or l fails, then closes l
@@ -95,12 +100,14 @@ func (px *Proxy) Serve(ctx context.Context, l net.Listener) error {
 			}
 			break
 		}
+		if px.Admit != nil && !px.Admit() {
+			busy(c)
+			continue
+		}
 		select {
 		case sem <- struct{}{}:
 		default:
-			c.SetWriteDeadline(time.Now().Add(time.Second))
-			io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-			c.Close()
+			busy(c)
 			continue
 		}
 		wg.Add(1)
@@ -114,6 +121,13 @@ func (px *Proxy) Serve(ctx context.Context, l net.Listener) error {
 	cancel()
 	wg.Wait()
 	return err
+}
+
+// busy answers 503 on a connection that is not served, and closes it.
+func busy(c net.Conn) {
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+	c.Close()
 }
 
 // headerLimit lets the header phase read at most n bytes, then, once

@@ -94,3 +94,31 @@ func TestReview5NoProcessOutlivesCall(t *testing.T) {
 		t.Fatalf("%d processes outlived the call", n)
 	}
 }
+
+// TestReview5SignalToSelf (the fifth review): a command that ends itself
+// with a signal, as `kill -TERM $$` or abort(3) do, is reported killed by
+// that signal. As its container's PID 1 (the helper exec'd it) it was
+// not: the kernel ignores a signal PID 1 of a pid namespace sends itself
+// without a handler, so it was reported as exit 0, or as a SIGSEGV
+// (glibc's abort falls through to a fault once SIGABRT is ignored), and
+// an agent told "ok" ran on. The helper now stays PID 1, runs the command
+// as its child and reports how it ended; exit codes stay as they were.
+func TestReview5SignalToSelf(t *testing.T) {
+	r := newRunner(t)
+	f := newFixture(t)
+	for _, c := range []struct {
+		script string
+		sig    int
+	}{
+		{`kill -TERM $$; echo survived`, 15},
+		{`exec python3 -c 'import os; os.abort()'`, 6},
+		{`exit 3`, 0},
+		{`sleep 30 & exec true`, 0},
+	} {
+		res := review5Run(t, r, f, c.script)
+		if res.Signal != c.sig || strings.Contains(string(res.Stdout), "survived") ||
+			(c.sig != 0 && res.ExitCode != 128+c.sig) || (c.script == "exit 3" && res.ExitCode != 3) {
+			t.Errorf("%s: exit %d signal %d stdout %q, want killed by signal %d", c.script, res.ExitCode, res.Signal, res.Stdout, c.sig)
+		}
+	}
+}

@@ -116,9 +116,12 @@ type Runner struct {
 	// noSeccompExport leaves seccomp compilation to libcontainer's init
 	// (tests compare the two).
 	noSeccompExport bool
-	prefix          string
-	scope           string       // cgroup subtree of this run dir: PARENT/<scope>/<id>
-	cgroups         CgroupLayout // where PARENT is
+	// helperStatus: the helper stays PID 1 and reports the command's
+	// status on a pipe (sandbox/helper/helper.c).
+	helperStatus bool
+	prefix       string
+	scope        string       // cgroup subtree of this run dir: PARENT/<scope>/<id>
+	cgroups      CgroupLayout // where PARENT is
 }
 
 // ErrNotSupported is returned when this host cannot run sandboxes.
@@ -155,9 +158,13 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 	// it ignores its arguments) would run commands without seccomp if
 	// libcontainer were told to leave it to the helper: then libcontainer
 	// compiles it in each init, as before.
-	noExport := !helperLoadsFilters(helper)
+	filters, status := helperFeatures(helper)
+	noExport := !filters
 	if noExport {
 		log.Warn("sandbox helper does not load seccomp filters (an older build?); each container's init compiles the profile", "helper", helper)
+	}
+	if !status {
+		log.Warn("sandbox helper does not report the command's status (an older build?); commands run as their container's PID 1, where a signal a command sends itself is lost", "helper", helper)
 	}
 	rng := opts.IDs
 	if rng == (IDRange{}) {
@@ -169,7 +176,7 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 	}
 	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir),
 		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}, fillSlots: make(chan struct{}, fillWorkers()),
-		noSeccompExport: noExport}
+		noSeccompExport: noExport, helperStatus: status}
 	if r.ids, err = newIDAlloc(rng, host, r.lookupHostID); err != nil {
 		return nil, err
 	}
@@ -363,6 +370,9 @@ type Box struct {
 	// background. Measured: /bin/true p50 2.62 -> 2.15 ms.
 	nsFiles []*os.File
 	egress  net.Listener // with Spec.Egress: see EgressListener
+	// status is where the helper, PID 1, reports how the command ended
+	// ("exit N", "signal N"); nil with an older helper.
+	status *os.File
 	// onRelease, set by a pool, asks for a refill once this box's caller
 	// releases it (see ExecHeld): a refill (tens of ms of CPU) started
 	// earlier would compete with the very call that took the box.
@@ -451,11 +461,25 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 		args = append(args, "3", strconv.FormatUint(uint64(flags), 10))
 		extra = append(extra, pr)
 	}
+	var statusR *os.File
+	if r.helperStatus {
+		// The helper stays PID 1 and reports the command's end here.
+		var statusW *os.File
+		if statusR, statusW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		defer statusW.Close() // the container has its copy
+		extra = append(extra, statusW)
+		args = append(args, strconv.Itoa(3+len(extra)-1))
+	}
 	c, err := libcontainer.Create(r.stateDir(), id, cfg)
 	if err != nil {
+		if statusR != nil {
+			statusR.Close()
+		}
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	b = &Box{ID: id, c: c, rootfs: rootfs, uid: uid, limits: spec.Limits, runner: r, view: spec.View}
+	b = &Box{ID: id, c: c, rootfs: rootfs, uid: uid, limits: spec.Limits, runner: r, view: spec.View, status: statusR}
 	var inR, outW, errW *os.File
 	if inR, b.stdin, err = os.Pipe(); err != nil {
 		return nil, err
@@ -732,11 +756,38 @@ func (b *Box) ExecHeld(ctx context.Context, argv []string, max int64, onChunk fu
 	res.Truncated = outTrunc || errTrunc
 	res.Duration = time.Since(start)
 	res.ExitCode, res.Signal = exitStatus(ex.ps, ex.err)
+	if code, sig, ok := b.reported(); ok {
+		res.ExitCode, res.Signal = code, sig
+	}
 	res.OOM, res.PidsMax = b.limitEvents()
 	if ctx.Err() != nil && !res.TimedOut {
 		return res, ctx.Err()
 	}
 	return res, nil
+}
+
+// reported is how the command ended, as the helper (PID 1) told it on
+// the status pipe; ok is false with an older helper, or when the helper
+// itself was killed (a timeout, a cancel) before it could tell. PID 1 has
+// exited, so the pipe's last write end is closed and the read ends.
+func (b *Box) reported() (code, sig int, ok bool) {
+	if b.status == nil {
+		return 0, 0, false
+	}
+	var buf [64]byte
+	n, _ := io.ReadFull(b.status, buf[:])
+	line := strings.TrimSpace(string(buf[:n]))
+	kind, num, found := strings.Cut(line, " ")
+	v, err := strconv.Atoi(num)
+	switch {
+	case !found || err != nil || v < 0 || v > 255:
+		return 0, 0, false
+	case kind == "exit":
+		return v, 0, true
+	case kind == "signal" && v > 0 && v < 128:
+		return 128 + v, v, true
+	}
+	return 0, 0, false
 }
 
 func (b *Box) kill() {
@@ -886,7 +937,7 @@ func (b *Box) Destroy() {
 		if b.egress != nil {
 			b.egress.Close()
 		}
-		for _, f := range append([]*os.File{b.stdin, b.stdout, b.stderr}, b.nsFiles...) {
+		for _, f := range append([]*os.File{b.stdin, b.stdout, b.stderr, b.status}, b.nsFiles...) {
 			if f != nil {
 				f.Close()
 			}

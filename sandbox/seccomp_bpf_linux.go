@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -59,17 +61,30 @@ func (r *Runner) seccompProgram(spec *Spec) ([]byte, uint) {
 }
 
 // helperProtocol is what a helper that loads filters from fd 3 prints
-// when asked with --protocol (sandbox/helper/helper.c).
-const helperProtocol = "sluice-helper seccomp-fd"
+// when asked with --protocol (sandbox/helper/helper.c), followed, by one
+// that stays PID 1 and reports the command's status on a pipe, by
+// helperStatusWord.
+const (
+	helperProtocol   = "sluice-helper seccomp-fd"
+	helperStatusWord = "status-fd"
+)
 
-// helperLoadsFilters asks the helper binary whether it loads a filter
-// handed to it. An older helper ignores the question, finds no argv on
-// its empty stdin and fails.
-func helperLoadsFilters(helper string) bool {
+// helperFeatures asks the helper binary what it does: load a filter
+// handed to it (filters), and report the command's status (status). An
+// older helper ignores the question, finds no argv on its empty stdin and
+// fails: neither.
+func helperFeatures(helper string) (filters, status bool) {
 	cmd := exec.Command(helper, "--protocol")
 	cmd.Env = []string{}
 	out, err := cmd.Output() // stdin: /dev/null
-	return err == nil && string(bytes.TrimSpace(out)) == helperProtocol
+	if err != nil {
+		return false, false
+	}
+	rest, ok := strings.CutPrefix(string(bytes.TrimSpace(out)), helperProtocol)
+	if !ok || (rest != "" && rest[0] != ' ') {
+		return false, false
+	}
+	return true, slices.Contains(strings.Fields(rest), helperStatusWord)
 }
 
 // exportable refuses what the helper cannot load the way libcontainer

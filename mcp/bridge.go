@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -154,13 +155,26 @@ func (b *Bridge) middleware(next sdk.MethodHandler) sdk.MethodHandler {
 }
 
 // unreachable is the MCP error for a sluiced that cannot be reached (or
-// went away mid-call): it names the socket and what to check.
+// went away mid-call): it names the socket and what to check, by what the
+// connection met. A connection sluiced accepted and then closed unread is
+// not a missing daemon or permission: sluiced is at its connection cap for
+// this user (too many calls in flight) or stopping.
 func (b *Bridge) unreachable(err error) *jsonrpc.Error {
-	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf(
-		"sluice: cannot reach sluiced at %s: %v. Is sluiced running? Check `systemctl status sluiced` "+
-			"(start it with `sudo systemctl start sluiced`). May this user open the socket? It is mode 0660, "+
-			"group sluice: add the user to that group (`sudo usermod -aG sluice $USER`, then log in again). "+
-			"Another socket: `sluice mcp --socket PATH` or $SLUICE_SOCKET.", b.opts.Socket, err)}
+	var msg string
+	switch {
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
+		msg = "sluice: may not open sluiced's socket %s: %v. It is mode 0660, group sluice: add the user to that group " +
+			"(`sudo usermod -aG sluice $USER`, then log in again)."
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE):
+		msg = "sluice: sluiced at %s closed the connection before answering: %v. It does so when this user has too many " +
+			"calls in flight (its per-uid connection cap) or while it stops; nothing ran. Retry once fewer calls are open."
+	default:
+		msg = "sluice: cannot reach sluiced at %s: %v. Is sluiced running? Check `systemctl status sluiced` " +
+			"(start it with `sudo systemctl start sluiced`). May this user open the socket? It is mode 0660, " +
+			"group sluice: add the user to that group (`sudo usermod -aG sluice $USER`, then log in again). " +
+			"Another socket: `sluice mcp --socket PATH` or $SLUICE_SOCKET."
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf(msg, b.opts.Socket, err)}
 }
 
 func (b *Bridge) markDown(err error) {

@@ -5,15 +5,10 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/escapetest"
-	"github.com/sluicehq/sluice/internal/securefs"
-	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestEventsRefuseStrangers: a uid that is no principal of the manifest
@@ -22,16 +17,7 @@ import (
 // would miss tools/list_changed); a principal still may, and so may
 // everyone when the manifest declares no principals.
 func TestEventsRefuseStrangers(t *testing.T) {
-	testutil.RequireRoot(t)
-	fx := escapetest.Build(t)
-	m := writeManifest(t, fx.Base, `{"schema_version":1,
-	  "principals":{"agent":{"uids":[4242],"tools":["*"]},"ops":{"uids":[0],"approver":true,"tools":[]}},
-	  "tools":{"read_file":{"operation":"read","roots":["workspace/src"]}}}`)
-	dir := t.TempDir()
-	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
-		Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil)), ResolveMode: securefs.ModeAuto,
-		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t)}
-	stop := launch(t, cfg)
+	_, cfg, stop := eventsDaemon(t)
 	defer stop()
 	stranger := clientAs(cfg.Socket, 31337)
 	defer stranger.Close()

@@ -42,16 +42,7 @@ func nextEvent(t *testing.T, events <-chan api.DaemonEvent, done <-chan error, w
 // successful reload's policy_loaded (a refused reload sends nothing); at
 // shutdown the stream ends, and the daemon stops without waiting on it.
 func TestEventsStream(t *testing.T) {
-	testutil.RequireRoot(t)
-	fx := escapetest.Build(t)
-	m := writeManifest(t, fx.Base, `{"schema_version":1,
-	  "principals":{"agent":{"uids":[4242],"tools":["*"]},"ops":{"uids":[0],"approver":true,"tools":[]}},
-	  "tools":{"read_file":{"operation":"read","roots":["workspace/src"]}}}`)
-	dir := t.TempDir()
-	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
-		Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil)), ResolveMode: securefs.ModeAuto,
-		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t)}
-	stop := launch(t, cfg)
+	fx, cfg, stop := eventsDaemon(t)
 	agent, ops := clientAs(cfg.Socket, agentUID), clientAs(cfg.Socket, 0)
 	defer agent.Close()
 	defer ops.Close()
@@ -177,4 +168,20 @@ func TestEventFollowersCapped(t *testing.T) {
 	if len(h.perUID) != 0 {
 		t.Fatalf("counts left after close: %v", h.perUID)
 	}
+}
+
+// eventsDaemon starts a daemon whose manifest has an agent (uid 4242)
+// and ops (uid 0, the approver), and one read tool.
+func eventsDaemon(t *testing.T) (*escapetest.Fixture, Config, func()) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	m := writeManifest(t, fx.Base, `{"schema_version":1,
+	  "principals":{"agent":{"uids":[4242],"tools":["*"]},"ops":{"uids":[0],"approver":true,"tools":[]}},
+	  "tools":{"read_file":{"operation":"read","roots":["workspace/src"]}}}`)
+	dir := t.TempDir()
+	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
+		Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil)), ResolveMode: securefs.ModeAuto,
+		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t)}
+	return fx, cfg, launch(t, cfg)
 }

@@ -122,29 +122,14 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 		cancel()
 		<-done
 		if refused > 0 {
-			if err := c.auditConnsRefused(refused); err != nil {
+			// One record counts the connections refused over the rate.
+			if err := c.auditConn(egress.ConnRecord{Verdict: string(api.VerdictDeny), Reason: string(api.ReasonBusy),
+				Detail: fmt.Sprintf("%d connections refused: over %d/s (burst %d) for one call", refused, egressConnRate, egressConnBurst)}); err != nil {
 				failed.Store(true)
 			}
 		}
 		return !failed.Load()
 	}
-}
-
-// auditConnsRefused appends the one record that counts the connections
-// refused over egressConnRate (not synced, as auditConn).
-func (c *call) auditConnsRefused(n int64) error {
-	rec := &audit.Record{
-		Kind: audit.KindConnection, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
-		Tool: c.req.Tool, Operation: api.OpExecute, Verdict: api.VerdictDeny, Reason: api.ReasonBusy,
-		PolicyVersion: c.p.m.Version,
-		Detail:        fmt.Sprintf("%d connections refused: over %d/s (burst %d) for one call", n, egressConnRate, egressConnBurst),
-		Egress:        &audit.Egress{}, Result: &audit.Result{},
-	}
-	_, err := c.d.ledger.Append(rec)
-	if err != nil {
-		c.d.log.Error("audit connection failed; the call's output is withheld", "err", err, "call_id", c.id)
-	}
-	return err
 }
 
 // auditConn appends the record of one proxied connection (not synced:

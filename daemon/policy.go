@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -167,23 +166,15 @@ func rootsAsKernelNames(base *securefs.Root, t *authz.Tool, rs []*securefs.Root)
 	if len(t.Roots) < 2 || len(t.Never) == 0 {
 		return nil
 	}
-	baseAbs, err := base.Path()
-	if err != nil {
-		return fmt.Errorf("roots: locate the base: %w", err)
-	}
 	for i, root := range rs {
 		if root == nil {
 			continue // missing: not_found until a reload finds it
 		}
-		abs, err := root.Path()
+		rel, err := base.RelOf(root)
 		if err != nil {
 			return fmt.Errorf("roots[%d]: locate %q: %w", i, t.Roots[i], err)
 		}
-		rel, ok := strings.CutPrefix(abs, strings.TrimSuffix(baseAbs, "/")+"/")
-		if abs == baseAbs {
-			rel, ok = ".", true
-		}
-		if want := filepath.Clean(t.Roots[i]); !ok || rel != want {
+		if rel != filepath.Clean(t.Roots[i]) {
 			return fmt.Errorf("roots[%d]: %q is %q as the kernel names it (a symlink on the way, or another case): in a tool with several roots and never globs, write each root as the kernel names it", i, t.Roots[i], rel)
 		}
 	}

@@ -145,6 +145,23 @@ func (r *Root) Locate(h *Handle) (abs, rel string, err error) {
 	return "", "", fmt.Errorf("locate: %q is not beneath the root", abs)
 }
 
+// RelOf returns sub's path relative to r ("." for r itself), both as the
+// kernel names their fds now; an error when sub is not beneath r.
+func (r *Root) RelOf(sub *Root) (string, error) {
+	rp, err := r.Path()
+	if err != nil {
+		return "", err
+	}
+	abs, err := sub.Path()
+	if err != nil {
+		return "", err
+	}
+	if rel, ok := relTo(rp, abs); ok {
+		return rel, nil
+	}
+	return "", fmt.Errorf("locate: %q is not beneath %q", abs, rp)
+}
+
 func relTo(root, p string) (string, bool) {
 	switch {
 	case p == root:

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -46,6 +47,26 @@ type Ledger struct {
 
 	faults Faults
 
+	// The write-ahead ring (wal.go). wal is nil when syncs go to the
+	// ledger itself (the ring could not be set up, or failed). Only the
+	// syncer writes frames; the head and safe offsets count ring bytes
+	// over all laps, under mu.
+	wal       *os.File
+	walOff    bool  // the ring failed: syncs go to the ledger
+	walRing   int64 // the ring's bytes after its header
+	walHead   int64 // where the next frame goes
+	walSafe   int64 // frames before this are durable in the ledger: free
+	frame     []byte
+	pend      []byte // lines appended since the syncer last took them
+	spare     []byte
+	pendFirst uint64 // pend's first seq
+	pendOver  bool   // pend outgrew the ring: the next sync syncs the ledger
+	ckptSize  int64  // the ledger is durable up to here (tests)
+	ckptRun   bool   // a checkpoint runs
+	ckptTimer bool   // a checkpoint is scheduled
+	closed    bool
+	ckptWG    sync.WaitGroup
+
 	now func() time.Time
 }
 
@@ -55,6 +76,10 @@ const (
 	headLogEvery    = 5 * time.Second
 	anchorSyncEvery = 5 * time.Second
 	reserveRetry    = time.Second
+	// walCheckpointEvery: the ledger is fdatasynced this long after a
+	// ring frame at the latest, and at once when a quarter of the ring is
+	// in use.
+	walCheckpointEvery = time.Second
 )
 
 // SetFaults installs f (tests only).
@@ -96,9 +121,17 @@ func OpenWith(path string, opts Options) (*Ledger, Recovery, error) {
 		return nil, rec, err
 	}
 	rec.LastSeq = l.seq
+	replayFirst := l.seq + 1
+	if err := l.openWAL(opts.WALSize, &rec); err != nil {
+		l.closeFiles()
+		return nil, rec, err
+	}
+	if rec.WALErr != nil {
+		l.log.Warn("audit write-ahead ring not in use: each sync goes to the ledger itself (slower, as durable)", "err", rec.WALErr)
+	}
 	af, head, aerr := openAnchorFile(AnchorPath(path))
 	if af == nil {
-		f.Close()
+		l.closeFiles()
 		return nil, rec, aerr
 	}
 	l.anchor, l.anchorSync = af, l.now()
@@ -150,6 +183,19 @@ func OpenWith(path string, opts Options) (*Ledger, Recovery, error) {
 	}
 	if rec.CutBytes > 0 {
 		r := &Record{Kind: KindRecovered, Detail: fmt.Sprintf("cut %d bytes of a torn record after seq %d", rec.CutBytes, rec.LastSeq)}
+		if err := l.AppendSync(r); err != nil {
+			l.closeFiles()
+			return nil, rec, err
+		}
+	}
+	if rec.Replayed > 0 {
+		// After a power cut this is the ledger catching up; otherwise
+		// somebody cut the file while sluiced was stopped. Either way the
+		// records are back, and the chain says so.
+		l.log.Warn("audit ledger ended before records its write-ahead ring held durable (the machine lost power, or the file was cut); appended them from the ring",
+			"ledger_ended_at", rec.LastSeq, "restored", rec.Replayed, "ring", WALPath(path))
+		r := &Record{Kind: KindRecovered, Detail: fmt.Sprintf("the ledger ended at seq %d, before records its write-ahead ring %s held durable (the machine lost power, or the file was cut): %d records, seq %d to %d, appended from the ring",
+			rec.LastSeq, filepath.Base(WALPath(path)), rec.Replayed, replayFirst, rec.ReplayedTo)}
 		if err := l.AppendSync(r); err != nil {
 			l.closeFiles()
 			return nil, rec, err
@@ -259,7 +305,12 @@ func (l *Ledger) logHead(h Anchor) {
 }
 
 func (l *Ledger) closeFiles() {
-	l.anchor.f.Close()
+	if l.anchor != nil {
+		l.anchor.f.Close()
+	}
+	if l.wal != nil {
+		l.wal.Close()
+	}
 	l.f.Close()
 }
 
@@ -400,6 +451,16 @@ func (l *Ledger) Append(rec *Record) (uint64, error) {
 		return 0, l.writeErr
 	}
 	l.writeErr = nil
+	if l.wal != nil && !l.walOff && !l.pendOver {
+		if len(l.pend) == 0 {
+			l.pendFirst = rec.Seq
+		}
+		if int64(len(l.pend)+len(line)) > l.walRing/2 {
+			l.pendOver, l.pend = true, l.pend[:0]
+		} else {
+			l.pend = append(l.pend, line...)
+		}
+	}
 	l.size += int64(n)
 	l.appended++
 	l.seq = rec.Seq
@@ -455,8 +516,17 @@ func (l *Ledger) Sync(seq uint64) error {
 	topUp := l.reserve > 0 && l.reserveEnd-l.size < l.reserve/2 &&
 		(l.reserveErr == nil || l.now().Sub(l.reserveTry) >= reserveRetry)
 	anchored := l.head.Seq
+	batch, first := l.pend, l.pendFirst
+	toRing := l.wal != nil && !l.walOff && !l.pendOver && len(batch) > 0
+	l.pend, l.pendOver = l.spare[:0], false
 	l.mu.Unlock()
-	err := unix.Fdatasync(int(l.f.Fd()))
+	var err error
+	if toRing {
+		err = l.putFrame(batch, first, head.Seq)
+	}
+	if !toRing || err != nil {
+		err = l.syncLedger()
+	}
 	if fault != nil {
 		if ferr := fault(); ferr != nil {
 			err = ferr
@@ -472,6 +542,7 @@ func (l *Ledger) Sync(seq uint64) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.spare = batch[:0]
 	l.syncs++
 	if err != nil {
 		l.broken = fmt.Errorf("%w: fdatasync: %w", ErrUnavailable, err)
@@ -537,6 +608,13 @@ func (l *Ledger) Close() error {
 	l.mu.Unlock()
 	serr := l.Sync(seq)
 	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.ckptWG.Wait()
+	if serr == nil && l.wal != nil {
+		serr = l.syncLedger()
+	}
+	l.mu.Lock()
 	defer l.mu.Unlock()
 	if serr == nil && l.synced > 0 && !l.syncing {
 		if err := unix.Fdatasync(int(l.anchor.f.Fd())); err != nil && serr == nil {
@@ -546,6 +624,9 @@ func (l *Ledger) Close() error {
 	}
 	l.broken = fmt.Errorf("%w: closed", ErrUnavailable)
 	l.anchor.f.Close()
+	if l.wal != nil {
+		l.wal.Close()
+	}
 	cerr := l.f.Close()
 	if serr != nil && !errors.Is(serr, ErrUnavailable) {
 		return serr

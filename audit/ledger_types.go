@@ -28,6 +28,9 @@ type Options struct {
 	// of all, can still be written when the file system is full. Zero
 	// means DefaultReserve; negative, none.
 	Reserve int64
+	// WALSize is the write-ahead ring's size (wal.go): zero means
+	// DefaultWALSize; negative, no ring (each sync fdatasyncs the ledger).
+	WALSize int64
 }
 
 // DefaultReserve is the ledger's preallocated reserve: some ten thousand
@@ -59,6 +62,14 @@ type Recovery struct {
 	// AnchorErr is set when the anchor was missing beside a non-empty
 	// ledger, or damaged: the ledger could not be checked against it.
 	AnchorErr error
+	// Replayed records, up to seq ReplayedTo, were appended from the
+	// write-ahead ring: the ledger's copy on disk ended before its
+	// durable head (the machine lost power or crashed).
+	Replayed   int
+	ReplayedTo uint64
+	// WALErr is set when the write-ahead ring could not be set up: the
+	// ledger works without it, each sync an fdatasync of the ledger.
+	WALErr error
 }
 
 // Truncation is a ledger found behind its anchor.

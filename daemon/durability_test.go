@@ -262,8 +262,36 @@ func TestLedgerCutWhileStopped(t *testing.T) {
 	}
 	cutLastLines(t, path, 2) // the .env decision and its result
 	code, out := verifyCLI(t, path)
-	if code != 1 || !strings.Contains(out, "BEHIND anchor") || !strings.Contains(out, "2 records were cut") {
+	if code != 1 || !strings.Contains(out, "BEHIND anchor") || !strings.Contains(out, "2 records were cut") ||
+		!strings.Contains(out, "holds 2 records that continue this ledger") {
 		t.Fatalf("cut ledger: verify exit %d: %s", code, out)
+	}
+
+	// With the write-ahead ring left alone, the next start appends the
+	// cut records back from it and says so.
+	logs1 := &lockedBuf{}
+	h = startStop(t, fx.Manifest, cfg, func(c *Config) { c.Logger = slogJSON(logs1) })
+	h.stop()
+	restored := records(t, path)
+	if restored[oldHead.Seq-1].Hash != oldHead.Hash || restored[oldHead.Seq].Kind != audit.KindRecovered ||
+		!strings.Contains(restored[oldHead.Seq].Detail, "2 records") {
+		t.Fatalf("the cut records were not appended back from the ring: %+v", restored[oldHead.Seq-2:])
+	}
+	if !strings.Contains(logs1.String(), `"level":"WARN","msg":"audit ledger ended before records its write-ahead ring held durable`) {
+		t.Fatalf("no WARN logged: %s", logs1.String())
+	}
+	if code, out := verifyCLI(t, path); code != 0 {
+		t.Fatalf("restored ledger: verify exit %d: %s", code, out)
+	}
+
+	// Whoever cuts records empties the ring too: then the anchor is what
+	// tells.
+	before = records(t, path)
+	oldHead = before[len(before)-1]
+	cutLastLines(t, path, 2)
+	testutil.Must(t, os.Remove(audit.WALPath(path)))
+	if code, out := verifyCLI(t, path); code != 1 || !strings.Contains(out, "BEHIND anchor") || strings.Contains(out, "write-ahead ring") {
+		t.Fatalf("cut ledger, ring removed: verify exit %d: %s", code, out)
 	}
 
 	logs2 := &lockedBuf{}

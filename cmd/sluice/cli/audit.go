@@ -77,6 +77,9 @@ func (e *env) auditVerify(args []string) int {
 	}
 	fmt.Fprint(e.stdout, anchorNote)
 	failed := false
+	if len(rep.Behind) > 0 {
+		e.ringNote(path, rep)
+	}
 	for _, b := range rep.Behind {
 		what := "--head"
 		if aerr == nil && strings.HasPrefix(b, fmt.Sprintf("head %d:%s:", a.Seq, a.Hash)) {
@@ -95,6 +98,21 @@ func (e *env) auditVerify(args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "ok: %d records, hash chain intact, head %d:%s\n", rep.Records, rep.LastSeq, rep.LastHash)
 	return ExitOK
+}
+
+// ringNote says when the write-ahead ring beside a ledger that is behind
+// holds the records that continue it: after a power cut the ledger's disk
+// copy can end before its durable head until sluiced starts and appends
+// them; with sluiced stopped and no power cut, the file was cut.
+func (e *env) ringNote(path string, rep *audit.Report) {
+	ring := audit.WALPath(path)
+	recs, err := audit.RingTail(ring, rep.LastSeq, rep.LastHash)
+	if err != nil || len(recs) == 0 {
+		return
+	}
+	fmt.Fprintf(e.stdout, "note: the write-ahead ring %s holds %d records that continue this ledger (seq %d to %d, hash chain intact): "+
+		"the next start of sluiced appends them. After a power cut this is expected; otherwise records were cut from the ledger file.\n",
+		ring, len(recs), recs[0].Seq, recs[len(recs)-1].Seq)
 }
 
 func (e *env) auditTail(args []string) int {

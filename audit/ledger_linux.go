@@ -51,11 +51,13 @@ type Ledger struct {
 	// ledger itself (the ring could not be set up, or failed). Only the
 	// syncer writes frames; the head and safe offsets count ring bytes
 	// over all laps, under mu.
-	wal       *os.File
-	walOff    bool  // the ring failed: syncs go to the ledger
-	walRing   int64 // the ring's bytes after its header
-	walHead   int64 // where the next frame goes
-	walSafe   int64 // frames before this are durable in the ledger: free
+	wal       *os.File // the ring, as read and set up at Open
+	walW      *os.File // the descriptor frames are written through
+	walDirect bool     // walW is O_DIRECT|O_DSYNC: a write is durable
+	walOff    bool     // the ring failed: syncs go to the ledger
+	walRing   int64    // the ring's bytes after its header
+	walHead   int64    // where the next frame goes
+	walSafe   int64    // frames before this are durable in the ledger: free
 	frame     []byte
 	pend      []byte // lines appended since the syncer last took them
 	spare     []byte
@@ -308,10 +310,17 @@ func (l *Ledger) closeFiles() {
 	if l.anchor != nil {
 		l.anchor.f.Close()
 	}
+	l.closeWAL()
+	l.f.Close()
+}
+
+func (l *Ledger) closeWAL() {
+	if l.walW != nil && l.walW != l.wal {
+		l.walW.Close()
+	}
 	if l.wal != nil {
 		l.wal.Close()
 	}
-	l.f.Close()
 }
 
 // Health is nil when the ledger records normally. It is an ErrUnavailable
@@ -624,9 +633,7 @@ func (l *Ledger) Close() error {
 	}
 	l.broken = fmt.Errorf("%w: closed", ErrUnavailable)
 	l.anchor.f.Close()
-	if l.wal != nil {
-		l.wal.Close()
-	}
+	l.closeWAL()
 	cerr := l.f.Close()
 	if serr != nil && !errors.Is(serr, ErrUnavailable) {
 		return serr

@@ -6,31 +6,36 @@ package audit
 // Why. An append to the ledger grows the file, so its fdatasync must
 // also commit the new size (and, on ext4, the allocation) through the
 // file system's journal: a second device round trip and a journal thread
-// woken for every sync. An overwrite of blocks that were written before,
-// inside the file's size, needs only the data written and the device's
-// cache flushed. On this project's machine (ext4, virtio disk) that is
-// 120-150 us per sync instead of 200-220, with a third less CPU.
+// woken for every sync. A direct write over blocks that were written
+// before, inside the file's size, needs only the data written and the
+// device's cache flushed. On this project's machine (ext4, virtio disk)
+// that is 130-145 us per sync back to back instead of 195-215, and no
+// slower after an idle spell (docs/performance.md).
 //
 // So each sync writes its batch of records (the exact ledger lines) as
-// one frame into a ring of pre-written blocks (audit.wal) and
-// fdatasyncs the ring; the ledger gets the same lines with write(2) and
-// is fdatasynced in the background (a checkpoint) about once a second or
-// when a quarter of the ring is used. A frame is overwritten only after
-// a checkpoint covered its records. After a power cut the ledger's disk
-// copy may end before the durable head: Open appends the ring's records
-// that chain on from the ledger's last record, and says so in a
-// recovered record. The ledger stays plain JSONL; the ring holds nothing
-// the ledger does not (or, after a power cut, will not) hold.
+// one frame into a ring of pre-written blocks (audit.wal) with one
+// direct, synchronous write (O_DIRECT|O_DSYNC: the data and the device's
+// flush, no page cache; where the file system refuses O_DIRECT, a
+// buffered write and an fdatasync). The ledger gets the same lines with
+// write(2) and is fdatasynced in the background (a checkpoint) a second
+// after a frame at the latest, or at once when a quarter of the ring is
+// used. A frame is overwritten only after a checkpoint covered its
+// records. After a power cut the ledger's disk copy may end before the
+// durable head: Open appends the ring's records that chain on from the
+// ledger's last record, and says so in a recovered record. The ledger
+// stays plain JSONL; the ring holds nothing the ledger does not (or,
+// after a power cut, will not) hold.
 //
-// Format. Block 0 is a text header naming the ledger file it belongs to
-// (inode and birth time: a ring left beside a replaced ledger is reset,
-// never replayed into it). The ring follows. A frame starts at a 64-byte
-// boundary: a 32-byte head (magic 0xff "SW1", payload length, first and
-// last seq, CRC-32C over the head's first 24 bytes and the payload), then
-// the payload (whole ledger lines), zero-padded to 64 bytes. 0xff never
-// occurs in the UTF-8 of a ledger line, so the magic starts only frames;
-// a frame torn by a power cut, or partly overwritten by a later one, fails
-// its CRC and is skipped.
+// Format. Block 0 (4 KiB) is a text header naming the ledger file it
+// belongs to (inode and birth time: a ring left beside a replaced ledger
+// is reset, never replayed into it). The ring follows. A frame starts at
+// a 4 KiB boundary: a 32-byte head (magic 0xff "SW1", payload length,
+// first and last seq, CRC-32C over the head's first 24 bytes and the
+// payload), then the payload (whole ledger lines), zero-padded to 4 KiB.
+// A frame never shares a block with another, so a torn write spoils only
+// its own. 0xff never occurs in the UTF-8 of a ledger line, so the magic
+// starts only frames; a frame torn by a power cut, or partly overwritten
+// by a later one, fails its CRC and is skipped.
 
 import (
 	"bytes"
@@ -47,7 +52,7 @@ import (
 
 const (
 	walHeaderLen = 4096
-	walAlign     = 64
+	walAlign     = 4096 // a frame's blocks: the unit of a direct write
 	walFrameHead = 32
 	walMagicText = "sluice-audit-wal 1"
 )

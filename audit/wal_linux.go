@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -96,7 +97,12 @@ func (l *Ledger) openWAL(size int64, rec *Recovery) error {
 			return nil
 		}
 	}
-	l.wal, l.walRing = w, size
+	l.wal, l.walW, l.walRing = w, w, size
+	// Frames go through a second descriptor that writes around the page
+	// cache and returns once the data is on stable storage.
+	if d, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT|unix.O_DSYNC|unix.O_NOFOLLOW, 0); err == nil {
+		l.walW, l.walDirect = d, true
+	}
 	l.ckptSize = l.size
 	return nil
 }
@@ -144,19 +150,19 @@ func (l *Ledger) putFrame(batch []byte, first, last uint64) error {
 	}
 	l.walHead = v + n
 	l.mu.Unlock()
-	l.frame = appendWALFrame(l.frame[:0], first, last, batch)
-	wn, err := unix.Pwrite(int(l.wal.Fd()), l.frame, walHeaderLen+v%l.walRing)
-	if err == nil && wn != len(l.frame) {
+	frame := appendWALFrame(l.frameBuf(int(n)), first, last, batch)
+	wn, err := unix.Pwrite(int(l.walW.Fd()), frame, walHeaderLen+v%l.walRing)
+	if err == nil && wn != len(frame) {
 		err = io.ErrShortWrite
 	}
-	if err == nil {
-		err = unix.Fdatasync(int(l.wal.Fd()))
+	if err == nil && !l.walDirect {
+		err = unix.Fdatasync(int(l.walW.Fd()))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
 		l.walOff = true
-		l.log.Error("audit write-ahead ring failed: syncs go to the ledger itself from now on", "ring", l.wal.Name(), "err", err)
+		l.log.Error("audit write-ahead ring failed: syncs go to the ledger itself from now on", "ring", l.wal.Name(), "direct", l.walDirect, "err", err)
 		return err
 	}
 	switch {
@@ -174,6 +180,20 @@ func (l *Ledger) putFrame(batch []byte, first, last uint64) error {
 		})
 	}
 	return nil
+}
+
+// frameBuf returns the syncer's frame buffer, empty, with room for n
+// bytes and aligned in memory to walAlign as O_DIRECT requires.
+func (l *Ledger) frameBuf(n int) []byte {
+	if cap(l.frame) < n {
+		b := make([]byte, n+walAlign)
+		off := 0
+		if r := int(uintptr(unsafe.Pointer(&b[0])) % walAlign); r != 0 {
+			off = walAlign - r
+		}
+		l.frame = b[off : off : off+n]
+	}
+	return l.frame[:0]
 }
 
 // syncLedger fdatasyncs the ledger; every frame written before it began

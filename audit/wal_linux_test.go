@@ -204,14 +204,14 @@ func TestRingFallbacks(t *testing.T) {
 	l, _, err := OpenWith(path, Options{WALSize: 16 << 10})
 	testutil.Must(t, err)
 	big := decision(1)
-	big.Detail = strings.Repeat("x", 12<<10)
+	big.Detail = strings.Repeat("x", 40<<10) // the ring is at least 64 KiB
 	testutil.Must(t, l.AppendSync(big))
 	l.mu.Lock()
 	if l.ckptSize != l.size {
 		t.Errorf("a batch larger than half the ring was not synced in the ledger (durable %d of %d)", l.ckptSize, l.size)
 	}
 	l.mu.Unlock()
-	l.wal.Close() // the ring's writes now fail (EBADF)
+	l.walW.Close() // the ring's writes now fail (EBADF)
 	testutil.Must(t, l.AppendSync(decision(2)))
 	testutil.Must(t, l.Health())
 	l.mu.Lock()
@@ -241,6 +241,11 @@ func TestRingIsPreWritten(t *testing.T) {
 	testutil.Must(t, err)
 	if fi.Size() != walHeaderLen+DefaultWALSize || fi2.Size() != fi.Size() {
 		t.Fatalf("ring size %d then %d, want %d", fi.Size(), fi2.Size(), walHeaderLen+DefaultWALSize)
+	}
+	var fs unix.Statfs_t
+	testutil.Must(t, unix.Statfs(filepath.Dir(path), &fs))
+	if fs.Type == unix.EXT4_SUPER_MAGIC && !l.walDirect {
+		t.Error("on ext4 the ring's frames are not written with O_DIRECT|O_DSYNC")
 	}
 	if blocks := statBlocks(t, WALPath(path)); blocks*512 < fi.Size() {
 		t.Fatalf("ring has %d bytes of blocks for %d bytes: not written through", blocks*512, fi.Size())

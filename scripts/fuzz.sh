@@ -20,6 +20,7 @@ TAGS="-tags seccomp"
 FUZZTIME=${FUZZTIME:-10m}
 
 TARGETS=(
+  audit:FuzzRingTail
   authz:FuzzParse
   authz:FuzzNeverFolded
   authz:FuzzParseTOML

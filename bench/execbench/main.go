@@ -242,6 +242,14 @@ func execRows(work, ws, file, bin, binOld string, n int, secs float64, space tim
 			ms(fl[k]), float64(fl[k])/float64(bw[k]), ms(pool[k]-fl[k])))
 	}
 	infoRow("cat, cold (pool 0), p50", fmt.Sprintf("%.2f× runc run (%.2f ms vs %.2f ms)", float64(cold[1])/float64(runcP[1]), ms(cold[1]), ms(runcP[1])))
+	// What a cold start pays the kernel before anything else: its first
+	// process moved into fresh cgroups after an idle spell.
+	if mv, k, err := cgroupMove(20, space); err == nil {
+		fmt.Printf("moving a new process into fresh cgroups (%d hierarchies), %v apart: p50 %.2f ms\n", k, space, ms(mv))
+		infoRow("of a cold start: a new process moved into fresh cgroups (all hierarchies)", fmt.Sprintf("%.2f ms (%d hierarchies); ~10 ms is an RCU grace period, gone with cgroup2's favordynmods (docs/operating.md)", ms(mv), k))
+	} else {
+		fmt.Printf("moving a new process into fresh cgroups: not measured: %v\n", err)
+	}
 
 	if old != nil {
 		o, oc := p50["old build, warm pool"], p50["old build, cold"]

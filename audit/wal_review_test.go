@@ -5,10 +5,12 @@ package audit
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -197,5 +199,80 @@ func TestReviewCraftedRingMemory(t *testing.T) {
 	t.Logf("ring %d bytes, %d crafted records: Open allocated %d MiB (replayed %d)", n, seq-(1<<40), alloc>>20, rec.Replayed)
 	if alloc > 2*uint64(n) {
 		t.Fatalf("Open of a %d MiB crafted ring allocated %d MiB: more than twice the file", n>>20, alloc>>20)
+	}
+}
+
+// TestReviewRingSeqOverflow: a crafted ring (root, sluiced stopped)
+// holding a truncated record with seq 2^64-1 that chains on from the
+// ledger's last record is replayed (a truncated record may skip seqs);
+// l.seq and l.synced become 2^64-1, the next record gets seq 0 and every
+// Sync(seq) returns at once, since synced >= seq: for the whole run no
+// record is made durable before its effect. (Appending the same line to
+// audit.jsonl does the same through recoverTail: the bug is that no seq
+// is bounded, the ring is one more way in.)
+func TestReviewRingSeqOverflow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path)
+	for i := range 3 {
+		testutil.Must(t, l.AppendSync(decision(i)))
+	}
+	l.mu.Lock()
+	prev := l.prev
+	l.mu.Unlock()
+	testutil.Must(t, l.Close())
+	f, err := os.Open(path)
+	testutil.Must(t, err)
+	id, err := ledgerIdentity(f)
+	f.Close()
+	testutil.Must(t, err)
+	line, err := encode(&Record{Kind: KindTruncated, Prev: prev, Seq: math.MaxUint64, Detail: "crafted"})
+	testutil.Must(t, err)
+	ring := appendWALFrame(id.header(), math.MaxUint64, math.MaxUint64, line)
+	ring = append(ring, make([]byte, walHeaderLen+DefaultWALSize-len(ring))...)
+	testutil.Must(t, os.WriteFile(WALPath(path), ring, 0o600))
+
+	l, rec, err := Open(path)
+	testutil.Must(t, err)
+	defer l.Close()
+	if rec.Replayed == 0 {
+		t.Skip("the crafted record was not replayed")
+	}
+	before := l.Stats().Syncs
+	testutil.Must(t, l.AppendSync(decision(9)))
+	l.mu.Lock()
+	seq, synced := l.seq, l.synced
+	l.mu.Unlock()
+	if l.Stats().Syncs == before {
+		t.Fatalf("AppendSync returned with no sync at all (seq %d, synced %d): durability is off for this run", seq, synced)
+	}
+}
+
+// TestReviewRingReplaysOversizeRecord: walTail takes any line whose own
+// hash checks, of any length; sluiced never writes a record over
+// maxRecordBytes, yet Open appends one from a crafted ring, and the
+// ledger it leaves fails 'sluice audit verify' (line longer than the
+// largest record) with sluiced's own recovered record after it.
+func TestReviewRingReplaysOversizeRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path)
+	testutil.Must(t, l.AppendSync(decision(1)))
+	l.mu.Lock()
+	prev, seq := l.prev, l.seq
+	l.mu.Unlock()
+	testutil.Must(t, l.Close())
+	f, err := os.Open(path)
+	testutil.Must(t, err)
+	id, err := ledgerIdentity(f)
+	f.Close()
+	testutil.Must(t, err)
+	line, err := encode(&Record{Kind: KindDecision, Prev: prev, Seq: seq + 1, Detail: strings.Repeat("x", maxRecordBytes)})
+	testutil.Must(t, err)
+	ring := appendWALFrame(id.header(), seq+1, seq+1, line)
+	testutil.Must(t, os.WriteFile(WALPath(path), ring, 0o600))
+	l, rec, err := Open(path)
+	testutil.Must(t, err)
+	testutil.Must(t, l.Close())
+	if _, err := verifyFile(t, path); err != nil {
+		t.Fatalf("Open replayed %d records from the ring; the ledger no longer verifies: %v", rec.Replayed, err)
 	}
 }

@@ -86,7 +86,7 @@ func decodeSlot(b []byte) (a Anchor, ok bool, err error) {
 	}
 	// The checksum catches a torn slot, not a forged one: what the slot
 	// says is checked before anything sizes a read by it.
-	if a.Size < 0 || !strings.HasPrefix(a.Hash, "sha256:") || len(a.Hash) != len(Genesis) {
+	if a.Size < 0 || a.Seq > maxSeq || !strings.HasPrefix(a.Hash, "sha256:") || len(a.Hash) != len(Genesis) {
 		return a, false, fmt.Errorf("slot out of range: size %d, hash %.20q", a.Size, a.Hash)
 	}
 	return a, true, nil

@@ -45,9 +45,13 @@ func TestAnchorSlots(t *testing.T) {
 	if got, err := parseAnchor(make([]byte, 2*anchorSlot)); err != nil || got.Seq != 0 {
 		t.Fatalf("empty anchor: %+v %v", got, err)
 	}
-	big := Anchor{Seq: math.MaxUint64, Size: math.MaxInt64, Hash: a.Hash}
+	big := Anchor{Seq: maxSeq, Size: math.MaxInt64, Hash: a.Hash}
 	if got, ok, err := decodeSlot(big.encode()); !ok || err != nil || got != big {
 		t.Fatalf("the largest anchor does not fit its slot: %+v %v", got, err)
+	}
+	// A seq past maxSeq is forged: taking it would wrap the sequence.
+	if _, ok, err := decodeSlot(Anchor{Seq: math.MaxUint64, Size: 1, Hash: a.Hash}.encode()); ok || err == nil {
+		t.Fatal("an anchor with seq 2^64-1 was accepted")
 	}
 	if _, err := ParseHead("7:" + a.Hash); err != nil {
 		t.Fatal(err)

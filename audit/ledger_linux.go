@@ -307,6 +307,10 @@ func (l *Ledger) logHead(h Anchor) {
 }
 
 func (l *Ledger) closeFiles() {
+	l.mu.Lock()
+	l.closed = true // no checkpoint starts from here (a timer may be set)
+	l.mu.Unlock()
+	l.ckptWG.Wait()
 	if l.anchor != nil {
 		l.anchor.f.Close()
 	}
@@ -401,6 +405,9 @@ func (l *Ledger) recoverTail(rec *Recovery) error {
 		return fmt.Errorf("audit ledger %s: last record longer than %d bytes", l.path, maxRecordBytes)
 	}
 	last, err := checkLine(buf[lineStart:end])
+	if err == nil && last.Seq > maxSeq {
+		err = fmt.Errorf("seq %d is out of range", last.Seq)
+	}
 	if err != nil {
 		return fmt.Errorf("audit ledger %s: last record is not intact (%v); the ledger was altered: keep it as evidence, run 'sluice audit verify %s', and start with a new --state-dir", l.path, err, l.path)
 	}

@@ -18,6 +18,12 @@ var ErrUnavailable = errors.New("audit ledger unavailable")
 // maxRecordBytes bounds one line; the daemon keeps args far below it.
 const maxRecordBytes = 1 << 20
 
+// maxSeq bounds a record's seq. No ledger gets near it; a larger one was
+// forged, and taking it would wrap the sequence (the next seq 0, every
+// Sync(seq) already "covered"), so the ledger, the anchor and the ring
+// refuse it.
+const maxSeq = 1<<63 - 1
+
 // Options tune Open.
 type Options struct {
 	// Logger gets the head every few seconds (the journal's copy of the

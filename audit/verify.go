@@ -127,6 +127,9 @@ func Read(r io.Reader, fn func(*Record) error) error {
 		if cerr != nil {
 			return &VerifyError{Seq: want, Line: line, Msg: cerr.Error()}
 		}
+		if rec.Seq > maxSeq {
+			return &VerifyError{Seq: want, Line: line, Msg: fmt.Sprintf("seq %d is out of range (forged)", rec.Seq)}
+		}
 		if rec.Seq != want && !(rec.Kind == KindTruncated && rec.Seq > want) {
 			return &VerifyError{Seq: want, Line: line, Msg: fmt.Sprintf("seq is %d, want %d (a record was removed or inserted)", rec.Seq, want)}
 		}

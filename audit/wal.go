@@ -59,9 +59,22 @@ const (
 
 var walMagic = [4]byte{0xff, 'S', 'W', '1'}
 
-// walMaxRead bounds what is read of a ring file (a ring is a few MiB; a
-// larger file was not written by sluiced: Open resets it).
-const walMaxRead = 256 << 20
+// walMaxRead bounds what is read of a ring file: twice what a ring of
+// this size (or the default) takes. A larger file was not written by this
+// sluiced: Open keeps it aside and makes a new ring, and verify does not
+// read it.
+func walMaxRead(size int64) int64 {
+	return 2 * (walHeaderLen + max(size, DefaultWALSize))
+}
+
+// walApplies says whether a ring may be replayed into a ledger whose last
+// record is seq: when the ring is this ledger file's (inode and birth
+// time), or when the ledger holds records, since then only records that
+// continue its own hash chain are taken (a ring copied along with its
+// ledger still counts). An empty ledger beside another file's ring is a
+// ledger that was removed or replaced: its old ring's first records
+// would chain on from genesis just the same, and are not taken.
+func walApplies(mine bool, seq uint64) bool { return mine || seq > 0 }
 
 // DefaultWALSize is the ring's size beyond its header: some three
 // thousand one-record frames, several seconds of records at full load.
@@ -164,7 +177,10 @@ func walRecords(ring []byte, after uint64) []walRecord {
 			i := bytes.IndexByte(payload, '\n')
 			line := payload[:i+1]
 			payload = payload[i+1:]
-			if rec, err := checkLine(line); err == nil && rec.Seq > after {
+			if len(line) > maxRecordBytes+1 {
+				continue // sluiced never writes one: Read would refuse it
+			}
+			if rec, err := checkLine(line); err == nil && rec.Seq > after && rec.Seq <= maxSeq {
 				out = append(out, walRecord{rec: rec, line: line})
 			}
 		}
@@ -191,23 +207,38 @@ func walTail(ring []byte, seq uint64, hash string) []walRecord {
 	return out
 }
 
-// RingTail reads the write-ahead ring at path and returns the records
-// that continue the chain ending at (seq, hash): what the next Open of the
-// ledger appends from it. 'sluice audit verify' uses it to tell a ledger
-// cut from one whose disk copy is behind after a power cut. A missing
-// ring gives an error that matches os.ErrNotExist.
-func RingTail(path string, seq uint64, hash string) ([]*Record, error) {
+// RingTail reads the write-ahead ring beside the ledger at ledgerPath
+// and returns the records that continue the chain ending at (seq, hash):
+// what the next Open of that ledger appends from it, by the same rules.
+// 'sluice audit verify' uses it to tell a ledger cut from one whose disk
+// copy is behind after a power cut. A missing ring gives an error that
+// matches os.ErrNotExist.
+func RingTail(ledgerPath string, seq uint64, hash string) ([]*Record, error) {
+	path := WALPath(ledgerPath)
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read write-ahead ring: %w", err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, walMaxRead))
+	b, err := io.ReadAll(io.LimitReader(f, walMaxRead(0)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read write-ahead ring: %w", err)
 	}
-	if _, ok := parseWALHeader(b); !ok || len(b) <= walHeaderLen {
+	if int64(len(b)) > walMaxRead(0) {
+		return nil, fmt.Errorf("read write-ahead ring %s: larger than any ring sluiced writes", path)
+	}
+	hid, ok := parseWALHeader(b)
+	if !ok || len(b) <= walHeaderLen {
 		return nil, fmt.Errorf("read write-ahead ring %s: not a ring", path)
+	}
+	mine := false
+	if lf, err := os.Open(ledgerPath); err == nil {
+		id, err := ledgerIdentity(lf)
+		mine = err == nil && id == hid
+		lf.Close()
+	}
+	if !walApplies(mine, seq) {
+		return nil, nil
 	}
 	var out []*Record
 	for _, wr := range walTail(b[walHeaderLen:], seq, hash) {

@@ -19,61 +19,74 @@ import (
 // the syncer syncs the ledger itself instead, which frees the ring.
 var errRingFull = errors.New("write-ahead ring full")
 
-// ledgerIdentity names the ledger file: its inode and birth time.
-func ledgerIdentity(f *os.File) (walIdentity, error) {
-	var st unix.Statx_t
-	if err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_INO|unix.STATX_BTIME, &st); err != nil {
-		return walIdentity{}, fmt.Errorf("statx audit ledger: %w", err)
-	}
-	id := walIdentity{Ino: st.Ino}
-	if st.Mask&unix.STATX_BTIME != 0 {
-		id.BirthSec, id.BirthNsec = st.Btime.Sec, st.Btime.Nsec
-	}
-	return id, nil
-}
-
 // openWAL opens the ring beside the ledger (before anything is appended
-// in this Open), appends to the ledger the ring's records that chain on
-// from its last record, makes the ledger durable, and sets the ring up
-// for reuse: kept if it is this ledger's and of the configured size,
-// else written afresh. A ring that cannot be set up leaves the ledger
-// without one (rec.WALErr); an error is returned only when the ledger
-// itself could not take or keep the records.
+// in this Open) and brings the ledger up to it:
+//
+//   - the ledger's last ring's worth of bytes is written again, unchanged,
+//     so that the fdatasync below puts on disk any record a failed
+//     checkpoint left only in the page cache, marked clean (after a failed
+//     writeback the kernel keeps the pages but forgets to write them, and a
+//     new descriptor's fdatasync reports no error);
+//   - the ring's records that continue the chain from the ledger's last
+//     record are appended (a power cut left the ledger's disk copy behind;
+//     walApplies says when a ring may be replayed at all);
+//   - the ledger is made durable, after which the ring may be overwritten
+//     from its start: it is kept if it is this ledger's and of the
+//     configured size, else written afresh. A ring turned off (size < 0)
+//     is replayed all the same, then removed.
+//
+// A ring that cannot be set up leaves the ledger without one
+// (rec.WALErr); an error is returned only when the ledger itself could not
+// take or keep the records.
 func (l *Ledger) openWAL(size int64, rec *Recovery) error {
-	if size < 0 {
-		return nil
-	}
-	if size == 0 {
+	off := size < 0
+	if size <= 0 {
 		size = DefaultWALSize
 	}
 	size = max(size/walAlign*walAlign, 16*walAlign)
-	id, err := ledgerIdentity(l.f)
-	if err != nil {
-		rec.WALErr = err
-		return nil
-	}
+	id, idErr := ledgerIdentity(l.f)
 	path := WALPath(l.path)
-	w, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
+	flags := os.O_RDWR | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	if !off {
+		flags |= os.O_CREATE
+	}
+	w, err := os.OpenFile(path, flags, 0o600)
+	if err != nil && !(off && errors.Is(err, os.ErrNotExist)) {
 		rec.WALErr = fmt.Errorf("open write-ahead ring: %w", err)
-		return nil
 	}
 	var data []byte
-	if fi, err := w.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() <= walMaxRead {
-		data = make([]byte, fi.Size())
-		if _, err := io.ReadFull(io.NewSectionReader(w, 0, fi.Size()), data); err != nil {
-			data = nil
+	if w != nil {
+		var unread error
+		data, unread = readWAL(w, size)
+		if unread != nil {
+			// Never wipe what may hold acknowledged records: keep it aside.
+			aside := fmt.Sprintf("%s.unread-%d", path, l.now().UnixNano())
+			l.log.Error("audit write-ahead ring not read: moved aside, a new one is made", "ring", path, "aside", aside, "err", unread)
+			w.Close()
+			w, data = nil, nil
+			if err := os.Rename(path, aside); err != nil {
+				rec.WALErr = fmt.Errorf("move the unread write-ahead ring aside: %w", err)
+			} else if !off {
+				if w, err = os.OpenFile(path, flags|os.O_EXCL, 0o600); err != nil {
+					rec.WALErr = fmt.Errorf("create write-ahead ring: %w", err)
+				}
+			}
 		}
 	}
 	hid, ok := parseWALHeader(data)
-	mine := ok && hid == id
-	if ok && !mine {
-		l.log.Warn("audit write-ahead ring belongs to another ledger file (the ledger was replaced): not replayed, written afresh", "ring", path)
+	mine := ok && idErr == nil && hid == id
+	if err := l.rewriteTail(max(int64(len(data)), walHeaderLen+size)); err != nil {
+		if w != nil {
+			w.Close()
+		}
+		return err
 	}
-	if mine && len(data) > walHeaderLen {
+	if ok && walApplies(mine, l.seq) {
 		for _, wr := range walTail(data[walHeaderLen:], l.seq, l.prev) {
 			if _, err := l.f.Write(wr.line); err != nil {
-				w.Close()
+				if w != nil {
+					w.Close()
+				}
 				return fmt.Errorf("%w: append records from the write-ahead ring: %w", ErrUnavailable, err)
 			}
 			l.size += int64(len(wr.line))
@@ -81,18 +94,37 @@ func (l *Ledger) openWAL(size int64, rec *Recovery) error {
 			rec.Replayed++
 			rec.ReplayedTo = wr.rec.Seq
 		}
+	} else if ok && !mine && len(walRecords(data[walHeaderLen:], 0)) > 0 {
+		l.log.Warn("audit write-ahead ring belongs to another ledger file and this ledger is empty (the ledger was removed or replaced): not replayed, written afresh", "ring", path)
 	}
 	// Whatever the ring holds, the ledger's disk copy holds it now: the
 	// ring may be overwritten from its start.
 	if err := unix.Fdatasync(int(l.f.Fd())); err != nil {
-		w.Close()
+		if w != nil {
+			w.Close()
+		}
 		return fmt.Errorf("%w: fdatasync: %w", ErrUnavailable, err)
 	}
 	l.synced = l.seq
+	l.ckptSize = l.size
+	switch {
+	case w == nil:
+		return nil
+	case off:
+		w.Close()
+		if err := os.Remove(path); err != nil {
+			l.log.Warn("audit write-ahead ring turned off but not removed", "ring", path, "err", err)
+		}
+		return nil
+	case idErr != nil:
+		w.Close()
+		rec.WALErr = idErr
+		return nil
+	}
 	if !mine || int64(len(data)) != walHeaderLen+size {
 		if err := initWAL(w, id, size); err != nil {
 			w.Close()
-			os.Remove(path) // nothing in it: give the space back
+			os.Remove(path) // nothing in it now: give the space back
 			rec.WALErr = err
 			return nil
 		}
@@ -100,10 +132,54 @@ func (l *Ledger) openWAL(size int64, rec *Recovery) error {
 	l.wal, l.walW, l.walRing = w, w, size
 	// Frames go through a second descriptor that writes around the page
 	// cache and returns once the data is on stable storage.
-	if d, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT|unix.O_DSYNC|unix.O_NOFOLLOW, 0); err == nil {
+	if d, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT|unix.O_DSYNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
 		l.walW, l.walDirect = d, true
 	}
-	l.ckptSize = l.size
+	return nil
+}
+
+// readWAL reads the ring file whole. A file that is not a regular file,
+// is larger than any ring of this size could be, or cannot be read gives
+// an error: the caller keeps it aside rather than overwrite it.
+func readWAL(w *os.File, size int64) ([]byte, error) {
+	fi, err := w.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("not a regular file: %s", fi.Mode())
+	case fi.Size() > walMaxRead(size):
+		return nil, fmt.Errorf("%d bytes, more than a ring of %d bytes can hold", fi.Size(), size)
+	}
+	data := make([]byte, fi.Size())
+	if _, err := io.ReadFull(io.NewSectionReader(w, 0, fi.Size()), data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// rewriteTail writes the ledger's last n bytes again, unchanged, so that
+// the next fdatasync writes them whatever the page cache thinks of them
+// (openWAL says why).
+func (l *Ledger) rewriteTail(n int64) error {
+	n = min(n, l.size)
+	if n == 0 {
+		return nil
+	}
+	buf := make([]byte, n)
+	if _, err := l.f.ReadAt(buf, l.size-n); err != nil {
+		return fmt.Errorf("%w: read the ledger's tail: %w", ErrUnavailable, err)
+	}
+	// The ledger's descriptor appends (O_APPEND): a second one writes in
+	// place. It is opened through the first, never by path.
+	d, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", l.f.Fd()), os.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: reopen the ledger to rewrite its tail: %w", ErrUnavailable, err)
+	}
+	defer d.Close()
+	if _, err := d.WriteAt(buf, l.size-n); err != nil {
+		return fmt.Errorf("%w: rewrite the ledger's tail: %w", ErrUnavailable, err)
+	}
 	return nil
 }
 
@@ -165,19 +241,12 @@ func (l *Ledger) putFrame(batch []byte, first, last uint64) error {
 		l.log.Error("audit write-ahead ring failed: syncs go to the ledger itself from now on", "ring", l.wal.Name(), "direct", l.walDirect, "err", err)
 		return err
 	}
-	switch {
-	case l.walHead-l.walSafe > l.walRing/4:
+	if l.walHead-l.walSafe > l.walRing/4 {
 		l.startCheckpointLocked()
-	case !l.ckptTimer && !l.ckptRun:
-		l.ckptTimer = true
-		// time.AfterFunc's goroutine is counted in ckptWG only once it
-		// starts the checkpoint; Close does not wait for the timer.
-		time.AfterFunc(walCheckpointEvery, func() {
-			l.mu.Lock()
-			l.ckptTimer = false
-			l.startCheckpointLocked()
-			l.mu.Unlock()
-		})
+	} else {
+		// The timer's goroutine is counted in ckptWG only once it starts
+		// a checkpoint; Close does not wait for the timer.
+		l.scheduleCheckpointLocked()
 	}
 	return nil
 }
@@ -232,9 +301,34 @@ func (l *Ledger) checkpoint() {
 	err := l.syncLedger()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.checkpointDoneLocked(err)
+}
+
+// checkpointDoneLocked ends a checkpoint (l.mu held).
+func (l *Ledger) checkpointDoneLocked(err error) {
 	l.ckptRun = false
 	if err != nil && l.broken == nil {
 		l.broken = fmt.Errorf("%w: fdatasync (checkpoint): %w", ErrUnavailable, err)
 		l.log.Error("audit ledger checkpoint failed: no more records are accepted", "err", err)
 	}
+	if err == nil {
+		// Frames written while it ran are not covered yet.
+		l.scheduleCheckpointLocked()
+	}
+}
+
+// scheduleCheckpointLocked (l.mu held) makes sure a checkpoint follows
+// within walCheckpointEvery while the ring holds frames no checkpoint
+// covered.
+func (l *Ledger) scheduleCheckpointLocked() {
+	if l.ckptTimer || l.ckptRun || l.closed || l.walHead == l.walSafe {
+		return
+	}
+	l.ckptTimer = true
+	time.AfterFunc(walCheckpointEvery, func() {
+		l.mu.Lock()
+		l.ckptTimer = false
+		l.startCheckpointLocked()
+		l.mu.Unlock()
+	})
 }

@@ -78,7 +78,7 @@ func (e *env) auditVerify(args []string) int {
 	fmt.Fprint(e.stdout, anchorNote)
 	failed := false
 	if len(rep.Behind) > 0 {
-		e.ringNote(path, rep)
+		e.ringNote(path, rep, heads)
 	}
 	for _, b := range rep.Behind {
 		what := "--head"
@@ -101,18 +101,33 @@ func (e *env) auditVerify(args []string) int {
 }
 
 // ringNote says when the write-ahead ring beside a ledger that is behind
-// holds the records that continue it: after a power cut the ledger's disk
-// copy can end before its durable head until sluiced starts and appends
-// them; with sluiced stopped and no power cut, the file was cut.
-func (e *env) ringNote(path string, rep *audit.Report) {
-	ring := audit.WALPath(path)
-	recs, err := audit.RingTail(ring, rep.LastSeq, rep.LastHash)
+// holds records that continue it (those the next start of sluiced appends,
+// by the same rules): after a power cut the ledger's disk copy can end
+// before its durable head until sluiced starts; with no power cut, the
+// file was cut. It says whether they reach each head the ledger is
+// behind: a power cut never leaves the ring short of the anchor.
+func (e *env) ringNote(path string, rep *audit.Report, heads []audit.Anchor) {
+	recs, err := audit.RingTail(path, rep.LastSeq, rep.LastHash)
 	if err != nil || len(recs) == 0 {
 		return
 	}
-	fmt.Fprintf(e.stdout, "note: the write-ahead ring %s holds %d records that continue this ledger (seq %d to %d, hash chain intact): "+
-		"the next start of sluiced appends them. After a power cut this is expected; otherwise records were cut from the ledger file.\n",
-		ring, len(recs), recs[0].Seq, recs[len(recs)-1].Seq)
+	last := recs[len(recs)-1]
+	reach := "they reach every head given"
+	for _, h := range heads {
+		found := false
+		for _, r := range recs {
+			if r.Seq == h.Seq && r.Hash == h.Hash {
+				found = true
+			}
+		}
+		if h.Seq > rep.LastSeq && !found {
+			reach = fmt.Sprintf("they do NOT reach head %d:%s, so records were cut from the ledger file whatever else happened", h.Seq, h.Hash)
+			break
+		}
+	}
+	fmt.Fprintf(e.stdout, "note: the write-ahead ring %s holds %d records that continue this ledger (seq %d to %d, hash chain intact), "+
+		"which the next start of sluiced appends; %s. After a power cut this is expected; otherwise records were cut from the ledger file.\n",
+		audit.WALPath(path), len(recs), recs[0].Seq, last.Seq, reach)
 }
 
 func (e *env) auditTail(args []string) int {

@@ -2,6 +2,7 @@ package fsview
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -18,12 +19,20 @@ const dirBufSize = 32 << 10
 // dir is an open directory of the view: its fd (counted against its
 // opener, like an open file), read in chunks as the kernel asks, each
 // entry filtered as a lookup of it would be.
+//
+// It holds the O_PATH fd its opendir resolved and checked, and opens the
+// directory for reading from it (through /proc/self/fd: the same inode,
+// no lookup by path) only when the kernel first asks for entries. A
+// watched directory's listing is mostly in the kernel's cache
+// (FOPEN_CACHE_DIR), so most opendirs of a tree walk never read: they
+// cost sluiced no open (bench/exec.sh --views, docs/performance.md).
 type dir struct {
 	n   *node
 	own *holder
 
 	mu   sync.Mutex
-	fd   int
+	path int // the resolved O_PATH fd, until fd is opened from it (then -1)
+	fd   int // open for reading (-1 until the first read)
 	buf  []byte
 	todo []byte
 	// next is the entry HasNext found and Next hands out.
@@ -41,8 +50,8 @@ var (
 	_ fs.FileReleasedirer = (*dir)(nil)
 )
 
-func newDir(n *node, fd int, own *holder, st *unix.Stat_t) *dir {
-	d := &dir{n: n, own: own, fd: fd, dev: uint64(st.Dev), ino: st.Ino}
+func newDir(n *node, path int, own *holder, st *unix.Stat_t) *dir {
+	d := &dir{n: n, own: own, path: path, fd: -1, dev: uint64(st.Dev), ino: st.Ino}
 	if n.rel != "" {
 		d.relBase = n.rel + "/"
 	}
@@ -123,11 +132,33 @@ func (d *dir) shown(de fuse.DirEntry) (fuse.DirEntry, bool) {
 	return de, false
 }
 
+// ready opens the directory for reading from its O_PATH fd, once (d.mu
+// held); the O_PATH fd is closed then, so a dir holds one fd, as counted.
+func (d *dir) ready() syscall.Errno {
+	if d.fd >= 0 {
+		return 0
+	}
+	if d.path < 0 {
+		return syscall.EBADF
+	}
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(d.path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		if err == unix.EMFILE || err == unix.ENFILE {
+			return syscall.EMFILE
+		}
+		return syscall.EIO
+	}
+	unix.Close(d.path)
+	d.path, d.fd = -1, fd
+	d.n.v.stats.dirFDs.Add(1)
+	return 0
+}
+
 func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.fd < 0 {
-		return nil, syscall.EBADF
+	if errno := d.ready(); errno != 0 {
+		return nil, errno
 	}
 	d.fill()
 	if d.next == nil {
@@ -144,8 +175,8 @@ func (d *dir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 func (d *dir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.fd < 0 {
-		return syscall.EBADF
+	if errno := d.ready(); errno != 0 {
+		return errno
 	}
 	if _, err := unix.Seek(d.fd, int64(off), unix.SEEK_SET); err != nil {
 		return syscall.EINVAL
@@ -162,10 +193,15 @@ func (d *dir) Releasedir(ctx context.Context, releaseFlags uint32) {
 func (d *dir) release() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.fd >= 0 {
-		unix.Close(d.fd)
-		d.fd = -1
-		d.buf, d.todo, d.next = nil, nil, nil
-		give(d.own)
+	if d.fd < 0 && d.path < 0 {
+		return
 	}
+	for _, fd := range []int{d.fd, d.path} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	d.fd, d.path = -1, -1
+	d.buf, d.todo, d.next = nil, nil, nil
+	give(d.own)
 }

@@ -94,7 +94,7 @@ type View struct {
 	// (reads go straight to the backing file).
 	Passthrough bool
 
-	stats struct{ lookups, opendirs, reads atomic.Int64 }
+	stats struct{ lookups, opendirs, dirFDs, reads atomic.Int64 }
 }
 
 // Stats counts the requests that reached a view's server: what the
@@ -102,12 +102,13 @@ type View struct {
 type Stats struct {
 	Lookups  int64 // names looked up (also each entry of a READDIRPLUS)
 	Opendirs int64 // directories opened
+	DirFDs   int64 // of those, opened for reading on the host (the kernel asked for entries)
 	Readdirs int64 // chunks of a directory read from the host (getdents)
 }
 
 // Stats reports the requests served so far.
 func (v *View) Stats() Stats {
-	return Stats{Lookups: v.stats.lookups.Load(), Opendirs: v.stats.opendirs.Load(), Readdirs: v.stats.reads.Load()}
+	return Stats{Lookups: v.stats.lookups.Load(), Opendirs: v.stats.opendirs.Load(), DirFDs: v.stats.dirFDs.Load(), Readdirs: v.stats.reads.Load()}
 }
 
 // Mount serves srcs at dir (an empty directory of the caller's). The view
@@ -526,10 +527,12 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if errno := n.v.take(own); errno != 0 {
 		return nil, 0, errno
 	}
-	fd, errno := reopen(h)
-	if errno != 0 {
+	// The dir keeps the resolved fd and opens the directory from it only
+	// if the kernel reads it (see dir).
+	path, err := unix.FcntlInt(h.File().Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
 		give(own)
-		return nil, 0, errno
+		return nil, 0, syscall.EMFILE
 	}
 	var keep uint32
 	if n.watch(h) {
@@ -537,7 +540,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 		// (see watch_linux.go).
 		keep = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	}
-	d := newDir(n, fd, own, &h.Stat)
+	d := newDir(n, path, own, &h.Stat)
 	n.v.track(d)
 	return d, keep, 0
 }

@@ -51,25 +51,29 @@ func tree(t *testing.T, ws string, dirs, files int) {
 }
 
 func since(a, b Stats) Stats {
-	return Stats{Lookups: b.Lookups - a.Lookups, Opendirs: b.Opendirs - a.Opendirs, Readdirs: b.Readdirs - a.Readdirs}
+	return Stats{Lookups: b.Lookups - a.Lookups, Opendirs: b.Opendirs - a.Opendirs, DirFDs: b.DirFDs - a.DirFDs, Readdirs: b.Readdirs - a.Readdirs}
 }
 
 // TestWalkServedFromCache: a second walk of a tree through a view is
 // answered by the kernel: no name is looked up and no directory read
 // again (each opendir still reaches the view, which checks the caller and
-// resolves the path). After a host change and Sync, only what changed is
-// read again.
+// resolves the path, but opens nothing for reading). After a host change
+// and Sync, only what changed is read again.
 func TestWalkServedFromCache(t *testing.T) {
 	f := newView(t, securefs.ModeOpenat2)
 	tree(t, f.ws, 10, 50)
+	s := f.v.Stats()
 	first := walkTree(t, f.in("tree"))
+	if d := since(s, f.v.Stats()); d.DirFDs != 11 {
+		t.Errorf("first walk opened %d directories for reading, want 11: %+v", d.DirFDs, d)
+	}
 	s0 := f.v.Stats()
 	if again := walkTree(t, f.in("tree")); !slices.Equal(first, again) {
 		t.Fatalf("second walk differs")
 	}
 	d := since(s0, f.v.Stats())
-	if d.Lookups != 0 || d.Readdirs != 0 || d.Opendirs != 11 {
-		t.Errorf("second walk reached the view: %+v, want 0 lookups, 0 reads, 11 opendirs", d)
+	if d.Lookups != 0 || d.Readdirs != 0 || d.Opendirs != 11 || d.DirFDs != 0 {
+		t.Errorf("second walk reached the view: %+v, want 0 lookups, 0 reads, 11 opendirs, 0 directories opened for reading", d)
 	}
 	if f.v.Watches() < 11 {
 		t.Errorf("%d directories watched, want ≥ 11", f.v.Watches())

@@ -74,6 +74,7 @@ func (l *Ledger) openWAL(size int64, rec *Recovery) error {
 		}
 	}
 	hid, ok := parseWALHeader(data)
+	ok = ok && len(data) > walHeaderLen // a header alone holds no frames
 	mine := ok && idErr == nil && hid == id
 	if err := l.rewriteTail(max(int64(len(data)), walHeaderLen+size)); err != nil {
 		if w != nil {

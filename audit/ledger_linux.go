@@ -435,6 +435,10 @@ func (l *Ledger) Append(rec *Record) (uint64, error) {
 	if l.broken != nil {
 		return 0, l.broken
 	}
+	if l.seq >= maxSeq {
+		// Never write a seq that Open, Read and verify refuse.
+		return 0, fmt.Errorf("%w: seq %d is the largest a ledger holds", ErrUnavailable, l.seq)
+	}
 	rec.Seq = l.seq + 1
 	rec.Prev = l.prev
 	rec.Time = l.now().UTC().Format(time.RFC3339Nano)

@@ -56,6 +56,9 @@ type Faults struct {
 	Append func(rec *Record) error
 	// Sync, when it returns an error, replaces fdatasync's result.
 	Sync func() error
+	// Checkpoint, when it returns an error, replaces the result of a
+	// background checkpoint's fdatasync of the ledger.
+	Checkpoint func() error
 }
 
 // Recovery says what Open found at the end of an existing ledger.

@@ -215,7 +215,7 @@ func walTail(ring []byte, seq uint64, hash string) []walRecord {
 // matches os.ErrNotExist.
 func RingTail(ledgerPath string, seq uint64, hash string) ([]*Record, error) {
 	path := WALPath(ledgerPath)
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("read write-ahead ring: %w", err)
 	}

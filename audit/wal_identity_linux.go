@@ -19,3 +19,21 @@ func ledgerIdentity(f *os.File) (walIdentity, error) {
 	}
 	return id, nil
 }
+
+// openRegular opens path for reading without following a symlink or
+// blocking on a FIFO, and only if it is a regular file (verify may run
+// on copies in directories others can write).
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s: not a regular file", path)
+		}
+		return nil, err
+	}
+	return f, nil
+}

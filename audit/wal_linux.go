@@ -74,8 +74,12 @@ func (l *Ledger) openWAL(size int64, rec *Recovery) error {
 		}
 	}
 	hid, ok := parseWALHeader(data)
+	ok = ok && len(data) > walHeaderLen // a header alone holds no frames
 	mine := ok && idErr == nil && hid == id
-	if err := l.rewriteTail(max(int64(len(data)), walHeaderLen+size)); err != nil {
+	// Records only a ring held durably lie within a ring's worth of the
+	// end, plus what was appended after its last frame (under half a
+	// ring): twice the ring covers both.
+	if err := l.rewriteTail(2 * max(int64(len(data)), walHeaderLen+size)); err != nil {
 		if w != nil {
 			w.Close()
 		}
@@ -173,6 +177,12 @@ func (l *Ledger) rewriteTail(n int64) error {
 	// The ledger's descriptor appends (O_APPEND): a second one writes in
 	// place. It is opened through the first, never by path.
 	d, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", l.f.Fd()), os.O_WRONLY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.EPERM) {
+		// An append-only ledger (chattr +a) cannot be written in place.
+		// A failed checkpoint keeps its ring aside instead (checkpointDoneLocked).
+		l.log.Info("audit ledger is append-only: its tail is not rewritten at start", "ledger", l.path)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%w: reopen the ledger to rewrite its tail: %w", ErrUnavailable, err)
 	}
@@ -301,6 +311,9 @@ func (l *Ledger) checkpoint() {
 	err := l.syncLedger()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if f := l.faults.Checkpoint; f != nil && err == nil {
+		err = f()
+	}
 	l.checkpointDoneLocked(err)
 }
 
@@ -309,7 +322,15 @@ func (l *Ledger) checkpointDoneLocked(err error) {
 	l.ckptRun = false
 	if err != nil && l.broken == nil {
 		l.broken = fmt.Errorf("%w: fdatasync (checkpoint): %w", ErrUnavailable, err)
-		l.log.Error("audit ledger checkpoint failed: no more records are accepted", "err", err)
+		// The ring may now hold the only durable copy of records the
+		// kernel kept as clean but unwritten pages of the ledger: a
+		// restart in this boot must not overwrite it. Kept aside, it
+		// stays as evidence; the next start makes a new ring.
+		aside := fmt.Sprintf("%s.failed-%d", WALPath(l.path), l.now().UnixNano())
+		if rerr := os.Rename(WALPath(l.path), aside); rerr != nil {
+			aside = "not moved: " + rerr.Error()
+		}
+		l.log.Error("audit ledger checkpoint failed: no more records are accepted; its write-ahead ring is kept aside", "err", err, "ring", aside)
 	}
 	if err == nil {
 		// Frames written while it ran are not covered yet.

@@ -75,7 +75,7 @@ func TestReviewRingTailAgreesWithOpen(t *testing.T) {
 	last, err := checkLine(lines[len(lines)-4])
 	testutil.Must(t, err)
 
-	said, err := RingTail(WALPath(path), last.Seq, last.Hash)
+	said, err := RingTail(path, last.Seq, last.Hash)
 	testutil.Must(t, err)
 	l, rec, err := Open(path)
 	testutil.Must(t, err)

@@ -161,11 +161,7 @@ func TestReviewCraftedRingMemory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	l := openT(t, path)
 	testutil.Must(t, l.Close())
-	f, err := os.Open(path)
-	testutil.Must(t, err)
-	id, err := ledgerIdentity(f)
-	f.Close()
-	testutil.Must(t, err)
+	id := identityOf(t, path)
 	size := 32 << 20
 	if s := os.Getenv("REVIEW_RING_MIB"); s != "" {
 		mib, _ := strconv.Atoi(s)
@@ -220,11 +216,7 @@ func TestReviewRingSeqOverflow(t *testing.T) {
 	prev := l.prev
 	l.mu.Unlock()
 	testutil.Must(t, l.Close())
-	f, err := os.Open(path)
-	testutil.Must(t, err)
-	id, err := ledgerIdentity(f)
-	f.Close()
-	testutil.Must(t, err)
+	id := identityOf(t, path)
 	line, err := encode(&Record{Kind: KindTruncated, Prev: prev, Seq: math.MaxUint64, Detail: "crafted"})
 	testutil.Must(t, err)
 	ring := appendWALFrame(id.header(), math.MaxUint64, math.MaxUint64, line)
@@ -260,11 +252,7 @@ func TestReviewRingReplaysOversizeRecord(t *testing.T) {
 	prev, seq := l.prev, l.seq
 	l.mu.Unlock()
 	testutil.Must(t, l.Close())
-	f, err := os.Open(path)
-	testutil.Must(t, err)
-	id, err := ledgerIdentity(f)
-	f.Close()
-	testutil.Must(t, err)
+	id := identityOf(t, path)
 	line, err := encode(&Record{Kind: KindDecision, Prev: prev, Seq: seq + 1, Detail: strings.Repeat("x", maxRecordBytes)})
 	testutil.Must(t, err)
 	ring := appendWALFrame(id.header(), seq+1, seq+1, line)
@@ -275,4 +263,15 @@ func TestReviewRingReplaysOversizeRecord(t *testing.T) {
 	if _, err := verifyFile(t, path); err != nil {
 		t.Fatalf("Open replayed %d records from the ring; the ledger no longer verifies: %v", rec.Replayed, err)
 	}
+}
+
+// identityOf is the identity a ring must name to be the ledger at path's.
+func identityOf(t *testing.T, path string) walIdentity {
+	t.Helper()
+	f, err := os.Open(path)
+	testutil.Must(t, err)
+	defer f.Close()
+	id, err := ledgerIdentity(f)
+	testutil.Must(t, err)
+	return id
 }

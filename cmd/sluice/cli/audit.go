@@ -20,6 +20,10 @@ Checks the hash chain of the ledger FILE and that it reaches its anchor
 (the record at SEQ exists with HASH; take heads from the journal's
 "audit head" lines or from a copy kept elsewhere).
 
+When the ledger is behind, a note says whether the write-ahead ring
+beside it (audit.wal) holds the records that continue it: after a power
+cut, sluiced appends them on its next start.
+
 Exit 0: intact. Exit 1: the chain is broken, the ledger is behind its
 anchor or a --head, or it holds a truncated record (records were cut while
 sluiced was stopped; --accept-truncated exits 0 for truncations already

@@ -202,6 +202,12 @@ fi
 
 step "sluice audit verify $LEDGER"
 "$SLUICE" audit verify "$LEDGER"
+# The ledger's syncs go through its write-ahead ring under the unit's
+# sandbox (ProtectSystem=strict, the state dir writable): 2 MiB and its
+# 4 KiB header, written when sluiced first started.
+ring="$(dirname "$LEDGER")/audit.wal"
+[ "$(stat -c %s "$ring" 2>/dev/null)" = 2101248 ] || fail "no write-ahead ring of 2 MiB + 4 KiB at $ring: $(ls -l "$ring" 2>&1)"
+echo "write-ahead ring: $ring, $(stat -c %s "$ring") bytes"
 lap "audit verify"
 
 step "systemctl stop sluiced with a command running: nothing is left"

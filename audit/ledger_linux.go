@@ -306,11 +306,17 @@ func (l *Ledger) logHead(h Anchor) {
 	l.log.Info("audit head", "seq", h.Seq, "hash", h.Hash, "head", fmt.Sprintf("%d:%s", h.Seq, h.Hash))
 }
 
-func (l *Ledger) closeFiles() {
+// stopCheckpoints lets no checkpoint start from here (a timer may still
+// fire, and then does nothing) and waits for a running one.
+func (l *Ledger) stopCheckpoints() {
 	l.mu.Lock()
-	l.closed = true // no checkpoint starts from here (a timer may be set)
+	l.closed = true
 	l.mu.Unlock()
 	l.ckptWG.Wait()
+}
+
+func (l *Ledger) closeFiles() {
+	l.stopCheckpoints()
 	if l.anchor != nil {
 		l.anchor.f.Close()
 	}
@@ -627,10 +633,7 @@ func (l *Ledger) Close() error {
 	seq := l.seq
 	l.mu.Unlock()
 	serr := l.Sync(seq)
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	l.ckptWG.Wait()
+	l.stopCheckpoints()
 	if serr == nil && l.wal != nil {
 		serr = l.syncLedger()
 	}

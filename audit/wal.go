@@ -67,14 +67,37 @@ func walMaxRead(size int64) int64 {
 	return 2 * (walHeaderLen + max(size, DefaultWALSize))
 }
 
-// walApplies says whether a ring may be replayed into a ledger whose last
-// record is seq: when the ring is this ledger file's (inode and birth
-// time), or when the ledger holds records, since then only records that
-// continue its own hash chain are taken (a ring copied along with its
-// ledger still counts). An empty ledger beside another file's ring is a
-// ledger that was removed or replaced: its old ring's first records
-// would chain on from genesis just the same, and are not taken.
-func walApplies(mine bool, seq uint64) bool { return mine || seq > 0 }
+// ring is a ring file as read: ok when its header is intact and frames
+// follow it, mine when the header names the ledger file being opened.
+type ring struct {
+	ok, mine bool
+	frames   []byte // the file after its header
+}
+
+// parseRing reads data, a ring file, for the ledger file whose identity
+// is id (idErr: unknown, so never mine).
+func parseRing(data []byte, id walIdentity, idErr error) ring {
+	hid, ok := parseWALHeader(data)
+	if !ok || len(data) <= walHeaderLen { // a header alone holds no frames
+		return ring{}
+	}
+	return ring{ok: true, mine: idErr == nil && hid == id, frames: data[walHeaderLen:]}
+}
+
+// tail returns the ring's records that a ledger ending at (seq, hash)
+// takes on Open (walTail), if it may take any: when the ring is that
+// ledger file's (inode and birth time), or when the ledger holds
+// records, since then only records that continue its own hash chain are
+// taken (a ring copied along with its ledger still counts). An empty
+// ledger beside another file's ring is a ledger that was removed or
+// replaced: its old ring's first records would chain on from genesis
+// just the same, and are not taken.
+func (r ring) tail(seq uint64, hash string) []walRecord {
+	if !r.ok || !(r.mine || seq > 0) {
+		return nil
+	}
+	return walTail(r.frames, seq, hash)
+}
 
 // DefaultWALSize is the ring's size beyond its header: some three
 // thousand one-record frames, several seconds of records at full load.
@@ -123,6 +146,12 @@ func walFrameSize(n int) int {
 	return (walFrameHead + n + walAlign - 1) / walAlign * walAlign
 }
 
+// frameCRC is a frame's checksum: its head's first 24 bytes (magic,
+// length, first and last seq), then its payload.
+func frameCRC(head, payload []byte) uint32 {
+	return crc32.Update(crc32.Checksum(head[:24], crcTable), crcTable, payload)
+}
+
 // appendWALFrame appends the frame holding payload (the lines of records
 // first..last) to dst, padded to its size.
 func appendWALFrame(dst []byte, first, last uint64, payload []byte) []byte {
@@ -131,8 +160,7 @@ func appendWALFrame(dst []byte, first, last uint64, payload []byte) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(payload)))
 	dst = binary.LittleEndian.AppendUint64(dst, first)
 	dst = binary.LittleEndian.AppendUint64(dst, last)
-	crc := crc32.Update(crc32.Checksum(dst[start:start+24], crcTable), crcTable, payload)
-	dst = binary.LittleEndian.AppendUint32(dst, crc)
+	dst = binary.LittleEndian.AppendUint32(dst, frameCRC(dst[start:], payload))
 	dst = append(dst, 0, 0, 0, 0)
 	dst = append(dst, payload...)
 	for len(dst)-start < walFrameSize(len(payload)) {
@@ -165,8 +193,7 @@ func walRecords(ring []byte, after uint64) []walRecord {
 			continue
 		}
 		payload := ring[off+walFrameHead : off+walFrameHead+n]
-		crc := crc32.Update(crc32.Checksum(h[:24], crcTable), crcTable, payload)
-		if crc != binary.LittleEndian.Uint32(h[24:28]) || payload[n-1] != '\n' {
+		if frameCRC(h, payload) != binary.LittleEndian.Uint32(h[24:28]) || payload[n-1] != '\n' {
 			continue
 		}
 		off += walFrameSize(n) - walAlign
@@ -227,21 +254,17 @@ func RingTail(ledgerPath string, seq uint64, hash string) ([]*Record, error) {
 	if int64(len(b)) > walMaxRead(0) {
 		return nil, fmt.Errorf("read write-ahead ring %s: larger than any ring sluiced writes", path)
 	}
-	hid, ok := parseWALHeader(b)
-	if !ok || len(b) <= walHeaderLen {
-		return nil, fmt.Errorf("read write-ahead ring %s: not a ring", path)
-	}
-	mine := false
+	id, idErr := walIdentity{}, error(os.ErrNotExist)
 	if lf, err := os.Open(ledgerPath); err == nil {
-		id, err := ledgerIdentity(lf)
-		mine = err == nil && id == hid
+		id, idErr = ledgerIdentity(lf)
 		lf.Close()
 	}
-	if !walApplies(mine, seq) {
-		return nil, nil
+	r := parseRing(b, id, idErr)
+	if !r.ok {
+		return nil, fmt.Errorf("read write-ahead ring %s: not a ring", path)
 	}
 	var out []*Record
-	for _, wr := range walTail(b[walHeaderLen:], seq, hash) {
+	for _, wr := range r.tail(seq, hash) {
 		out = append(out, wr.rec)
 	}
 	return out, nil

@@ -29,7 +29,7 @@ var errRingFull = errors.New("write-ahead ring full")
 //     new descriptor's fdatasync reports no error);
 //   - the ring's records that continue the chain from the ledger's last
 //     record are appended (a power cut left the ledger's disk copy behind;
-//     walApplies says when a ring may be replayed at all);
+//     ring.tail says when a ring may be replayed at all);
 //   - the ledger is made durable, after which the ring may be overwritten
 //     from its start: it is kept if it is this ledger's and of the
 //     configured size, else written afresh. A ring turned off (size < 0)
@@ -73,9 +73,7 @@ func (l *Ledger) openWAL(size int64, rec *Recovery) error {
 			}
 		}
 	}
-	hid, ok := parseWALHeader(data)
-	ok = ok && len(data) > walHeaderLen // a header alone holds no frames
-	mine := ok && idErr == nil && hid == id
+	r := parseRing(data, id, idErr)
 	// Records only a ring held durably lie within a ring's worth of the
 	// end, plus what was appended after its last frame (under half a
 	// ring): twice the ring covers both.
@@ -85,20 +83,19 @@ func (l *Ledger) openWAL(size int64, rec *Recovery) error {
 		}
 		return err
 	}
-	if ok && walApplies(mine, l.seq) {
-		for _, wr := range walTail(data[walHeaderLen:], l.seq, l.prev) {
-			if _, err := l.f.Write(wr.line); err != nil {
-				if w != nil {
-					w.Close()
-				}
-				return fmt.Errorf("%w: append records from the write-ahead ring: %w", ErrUnavailable, err)
+	for _, wr := range r.tail(l.seq, l.prev) {
+		if _, err := l.f.Write(wr.line); err != nil {
+			if w != nil {
+				w.Close()
 			}
-			l.size += int64(len(wr.line))
-			l.seq, l.prev = wr.rec.Seq, wr.rec.Hash
-			rec.Replayed++
-			rec.ReplayedTo = wr.rec.Seq
+			return fmt.Errorf("%w: append records from the write-ahead ring: %w", ErrUnavailable, err)
 		}
-	} else if ok && !mine && len(walRecords(data[walHeaderLen:], 0)) > 0 {
+		l.size += int64(len(wr.line))
+		l.seq, l.prev = wr.rec.Seq, wr.rec.Hash
+		rec.Replayed++
+		rec.ReplayedTo = wr.rec.Seq
+	}
+	if r.ok && !r.mine && rec.LastSeq == 0 && len(walRecords(r.frames, 0)) > 0 {
 		l.log.Warn("audit write-ahead ring belongs to another ledger file and this ledger is empty (the ledger was removed or replaced): not replayed, written afresh", "ring", path)
 	}
 	// Whatever the ring holds, the ledger's disk copy holds it now: the
@@ -125,7 +122,7 @@ func (l *Ledger) openWAL(size int64, rec *Recovery) error {
 		rec.WALErr = idErr
 		return nil
 	}
-	if !mine || int64(len(data)) != walHeaderLen+size {
+	if !r.mine || int64(len(data)) != walHeaderLen+size {
 		if err := initWAL(w, id, size); err != nil {
 			w.Close()
 			os.Remove(path) // nothing in it now: give the space back

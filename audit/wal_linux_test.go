@@ -20,10 +20,7 @@ import (
 // there on, so the tests cut it back to there, the worst case.
 func crash(t *testing.T, l *Ledger) (durable int64) {
 	t.Helper()
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	l.ckptWG.Wait()
+	l.stopCheckpoints()
 	l.mu.Lock()
 	durable = l.ckptSize
 	l.mu.Unlock()
@@ -78,10 +75,7 @@ func TestRingRestoresLostTail(t *testing.T) {
 			wg.Wait()
 			// No more checkpoints from here: the last records are only in
 			// the ring and the ledger's page cache when the power goes.
-			l.mu.Lock()
-			l.closed = true
-			l.mu.Unlock()
-			l.ckptWG.Wait()
+			l.stopCheckpoints()
 			for i := range 5 {
 				testutil.Must(t, l.AppendSync(decision(9000+i)))
 			}

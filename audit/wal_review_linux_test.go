@@ -28,10 +28,7 @@ func ackedOnlyInRing(t *testing.T, path string, n int) (seq uint64, inRing int) 
 	for i := range n / 2 {
 		testutil.Must(t, l.AppendSync(decision(i)))
 	}
-	l.mu.Lock()
-	l.closed = true // no checkpoint from here
-	l.mu.Unlock()
-	l.ckptWG.Wait()
+	l.stopCheckpoints() // no checkpoint from here
 	testutil.Must(t, l.syncLedger())
 	for i := n / 2; i < n; i++ {
 		testutil.Must(t, l.AppendSync(decision(i)))

@@ -143,10 +143,7 @@ func (d *dir) ready() syscall.Errno {
 	}
 	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(d.path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
-		if err == unix.EMFILE || err == unix.ENFILE {
-			return syscall.EMFILE
-		}
-		return syscall.EIO
+		return openErrno(err)
 	}
 	unix.Close(d.path)
 	d.path, d.fd = -1, fd

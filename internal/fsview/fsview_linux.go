@@ -550,10 +550,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 func reopen(h *securefs.Handle) (int, syscall.Errno) {
 	f, err := h.Open()
 	if err != nil {
-		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-			return -1, syscall.EMFILE
-		}
-		return -1, syscall.EIO
+		return -1, openErrno(err)
 	}
 	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	f.Close()
@@ -561,6 +558,15 @@ func reopen(h *securefs.Handle) (int, syscall.Errno) {
 		return -1, syscall.EMFILE
 	}
 	return fd, 0
+}
+
+// openErrno is what a failed open of ours answers the kernel: EMFILE when
+// sluiced is out of fds (the caller may retry), else EIO.
+func openErrno(err error) syscall.Errno {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return syscall.EMFILE
+	}
+	return syscall.EIO
 }
 
 // Open opens the node's path now, for reading only (the view is read-only

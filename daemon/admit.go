@@ -85,6 +85,18 @@ func (a *admission) acquire(ctx context.Context, timeout time.Duration) error {
 	return err
 }
 
+// tryAcquire takes a slot only if one is free and nobody waits for one:
+// it never queues, so it never passes a caller that came before.
+func (a *admission) tryAcquire() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.running < a.limit && a.queue.Len() == 0 {
+		a.running++
+		return true
+	}
+	return false
+}
+
 // release gives a slot back: to the oldest waiter, if any, else to the pool
 // of free slots.
 func (a *admission) release() {

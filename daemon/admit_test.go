@@ -101,6 +101,34 @@ func TestAdmissionNoOvertaking(t *testing.T) {
 	wantStats(t, a, 0, 0)
 }
 
+// TestAdmissionTryAcquire: tryAcquire (a cold box started while its
+// decision syncs) takes a free slot, never queues, and never passes a
+// caller in line, even when a slot has just been given back to it.
+func TestAdmissionTryAcquire(t *testing.T) {
+	a, queued := queuedAdmission(1)
+	ctx := context.Background()
+	if !a.tryAcquire() {
+		t.Fatal("no slot taken from an idle admission")
+	}
+	wantStats(t, a, 1, 0)
+	if a.tryAcquire() {
+		t.Fatal("a slot over the limit")
+	}
+	wantStats(t, a, 1, 0) // it did not join the line
+	waiter := make(chan error, 1)
+	go func() { waiter <- a.acquire(ctx, time.Hour) }()
+	<-queued
+	a.release()
+	if a.tryAcquire() {
+		t.Fatal("tryAcquire took the slot of the caller in line")
+	}
+	if err := <-waiter; err != nil {
+		t.Fatal(err)
+	}
+	a.release()
+	wantStats(t, a, 0, 0)
+}
+
 // TestAdmissionCancel: a caller whose context ends leaves the line at
 // once, and the next slot goes to the caller behind it.
 func TestAdmissionCancel(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,27 +45,26 @@ func captureLedger(t *testing.T) *atomic.Pointer[audit.Ledger] {
 	return &p
 }
 
-// containerWatch counts containers created, by libcontainer's state
-// directories appearing under the run dir: the proof that a command did
-// not run is that its container was never made.
-type containerWatch struct{ fd int }
+// inotifyWatch counts the inotify events of one path.
+type inotifyWatch struct{ fd int }
 
-func watchContainers(t *testing.T, runDir string) *containerWatch {
+func watchPath(t *testing.T, path string, mask uint32) *inotifyWatch {
 	t.Helper()
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
-	if _, err := unix.InotifyAddWatch(fd, filepath.Join(runDir, "state"), unix.IN_CREATE); err != nil {
-		t.Fatalf("watch the sandbox state dir: %v", err)
+	if _, err := unix.InotifyAddWatch(fd, path, mask); err != nil {
+		t.Fatalf("watch %s: %v", path, err)
 	}
-	return &containerWatch{fd: fd}
+	return &inotifyWatch{fd: fd}
 }
 
-// created drains the events queued so far: container creation is done
-// before a call's result is sent, so its event is queued by then.
-func (w *containerWatch) created() int {
+// events drains the events queued so far. A command's reads through the
+// view are done before its call's result is sent (the view opens the
+// host file as the command opens it), so their events are queued by then.
+func (w *inotifyWatch) events() int {
 	n := 0
 	buf := make([]byte, 4096)
 	for {
@@ -80,11 +80,34 @@ func (w *containerWatch) created() int {
 	}
 }
 
+// noContainersLeft waits until every container made under runDir is
+// destroyed (libcontainer's state dirs gone): one made for a call that
+// ran nothing is destroyed in the background once the call has ended.
+func noContainersLeft(t *testing.T, runDir string) {
+	t.Helper()
+	state := filepath.Join(runDir, "state")
+	if err := testutil.Poll(20*time.Second, func() error {
+		ents, err := os.ReadDir(state)
+		if err != nil {
+			return err
+		}
+		if len(ents) != 0 {
+			return fmt.Errorf("%d containers still in %s", len(ents), state)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestDurabilityBeforeEffect: for write, delete and execute, a decision
 // that cannot be appended or made durable denies the call
 // audit_unavailable and the effect does not happen (docs/design.md §3).
 // Without the decision's sync before the effect in pipeline, the sync
-// cases fail: the file is written or deleted and the container is made.
+// cases fail: the file is written or deleted, or the command runs (it
+// reads a file through the view, which opens it on the host). A pool-0
+// tool's container is made while the decision syncs (startCold): it must
+// run nothing and be destroyed.
 func TestDurabilityBeforeEffect(t *testing.T) {
 	testutil.RequireRoot(t)
 	boom := fmt.Errorf("injected: %w", unix.EIO)
@@ -106,18 +129,20 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 				m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
 				  "write_file":{"operation":"write","roots":["workspace/src"]},
 				  "delete_file":{"operation":"delete","roots":["workspace/src"]},
-				  "run":{"operation":"execute","commands":[["sh","-c","echo ran"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0}}}`)
+				  "run":{"operation":"execute","commands":[["cat","marker.txt"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0}}}`)
 				runDir := filepath.Join(t.TempDir(), "run")
 				h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
 				src := filepath.Join(fx.Base, "workspace/src")
 				victim := filepath.Join(src, "victim.txt")
 				testutil.Must(t, os.WriteFile(victim, []byte("keep"), 0o644))
-				var w *containerWatch
+				var w *inotifyWatch
 				if op == "execute" {
-					w = watchContainers(t, runDir)
-					// Control: an allowed run makes a container we see.
-					if res, _ := h.call("run", map[string]any{"argv": []string{"sh", "-c", "echo ran"}}); !res.OK || w.created() == 0 {
-						t.Fatalf("control run: %+v, or its container was not seen", res)
+					marker := filepath.Join(src, "marker.txt")
+					testutil.Must(t, os.WriteFile(marker, []byte("ran\n"), 0o644))
+					w = watchPath(t, marker, unix.IN_OPEN)
+					// Control: an allowed run reads the marker, and we see it.
+					if res, _ := h.call("run", map[string]any{}); !res.OK || res.Output == nil || *res.Output != "ran\n" || w.events() == 0 {
+						t.Fatalf("control run: %+v, or its read of the marker was not seen", res)
 					}
 				}
 				ledger.Load().SetFaults(faults[fault])
@@ -134,10 +159,11 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 						t.Errorf("the delete happened without a durable decision: %q %v", b, err)
 					}
 				case "execute":
-					res, _ = h.call("run", map[string]any{"argv": []string{"sh", "-c", "echo ran"}})
-					if n := w.created(); n != 0 {
-						t.Errorf("%d containers made for a command whose decision is not durable", n)
+					res, _ = h.call("run", map[string]any{})
+					if n := w.events(); n != 0 {
+						t.Errorf("the command ran (%d opens of the marker) without a durable decision", n)
 					}
+					noContainersLeft(t, runDir)
 				}
 				if res.OK || res.Reason != api.ReasonAuditUnavailable {
 					t.Errorf("result %+v, want audit_unavailable", res)
@@ -399,5 +425,75 @@ func TestFullDiskReserve(t *testing.T) {
 	}
 	if denials < 200 {
 		t.Fatalf("%d denials recorded, want 200", denials)
+	}
+}
+
+// TestColdCallCancelledWhileDecisionSyncs: a pool-0 call's container is
+// made while its decision syncs (startCold). Cancelled by id before that
+// sync returns, the call runs nothing, ends cancelled, and leaves no
+// container behind nor its container slot taken: with --max-containers 1
+// the next call runs.
+func TestColdCallCancelledWhileDecisionSyncs(t *testing.T) {
+	testutil.RequireRoot(t)
+	ledger := captureLedger(t)
+	fx := escapetest.Build(t)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
+	  "run":{"operation":"execute","commands":[["cat","marker.txt"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0}}}`)
+	runDir := filepath.Join(t.TempDir(), "run")
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir; c.MaxContainers = 1 })
+	marker := filepath.Join(fx.Base, "workspace/src/marker.txt")
+	testutil.Must(t, os.WriteFile(marker, []byte("ran\n"), 0o644))
+	w := watchPath(t, marker, unix.IN_OPEN)
+	run := func() (*api.CallResult, error) {
+		return h.c.Call(context.Background(), api.CallRequest{Tool: "run", Args: json.RawMessage(`{}`)})
+	}
+	if res, err := run(); err != nil || !res.OK || w.events() == 0 {
+		t.Fatalf("control run: %+v %v, or its read of the marker was not seen", res, err)
+	}
+
+	ids := make(chan string, 1)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	ledger.Load().SetFaults(audit.Faults{
+		Append: func(r *audit.Record) error {
+			if r.Kind == audit.KindDecision {
+				select {
+				case ids <- r.CallID:
+				default:
+				}
+			}
+			return nil
+		},
+		Sync: func() error {
+			if first.CompareAndSwap(false, true) {
+				close(entered) // the decision's sync: hold it
+				<-release
+			}
+			return nil
+		},
+	})
+	type result struct {
+		res *api.CallResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { res, err := run(); done <- result{res, err} }()
+	<-entered
+	if _, err := h.c.CancelCall(context.Background(), <-ids); err != nil {
+		close(release)
+		t.Fatalf("cancel: %v", err)
+	}
+	close(release)
+	r := <-done
+	if r.err != nil || r.res.OK || r.res.Reason != api.ReasonCancelled {
+		t.Errorf("cancelled call: %+v %v, want reason cancelled", r.res, r.err)
+	}
+	if n := w.events(); n != 0 {
+		t.Errorf("the cancelled call's command ran (%d opens of the marker)", n)
+	}
+	noContainersLeft(t, runDir)
+	if res, err := run(); err != nil || !res.OK || w.events() == 0 {
+		t.Errorf("the next call, with the one container slot: %+v %v", res, err)
 	}
 }

@@ -231,6 +231,51 @@ func orDefault(v, def int64) int64 {
 // making boxes without failing is waited out.
 const poolWait = time.Second
 
+// coldBox is what startCold's creation gave: a box, or why there is none.
+type coldBox struct {
+	box *sandbox.Box
+	err error
+}
+
+// startCold begins making an allowed execute call's box while its
+// decision is made durable, when its tool keeps no pool (every call
+// starts cold) and a container slot is free at once: the container's
+// start, the longest part of a cold call, then overlaps the decision's
+// fdatasync instead of following it. Making a box has no effect outside
+// it (a pool makes its boxes before any call); its command is handed
+// over only in runExec, after the sync, and a box made for a call that
+// ends first (the sync failed, the call was cancelled) is destroyed
+// unused (dropCold, runExec). A tool with a pool waits for the pool as
+// before, and a call that would queue for a slot queues after its sync,
+// so no box is ever made beyond --max-containers.
+func (c *call) startCold() {
+	et := c.p.exec[c.req.Tool]
+	if et == nil || et.pool != nil || c.p.runner == nil || c.ctx.Err() != nil || !c.d.slots.tryAcquire() {
+		return
+	}
+	ch := make(chan coldBox, 1)
+	c.cold = ch
+	runner, spec := c.p.runner, et.spec
+	go func() {
+		box, err := runner.Create(spec)
+		ch <- coldBox{box, err}
+	}()
+}
+
+// dropCold waits for a box that startCold began for a call that ended
+// before runExec took it, destroys it unused and gives its slot back.
+func (c *call) dropCold() {
+	if c.cold == nil {
+		return
+	}
+	r := <-c.cold
+	c.cold = nil
+	if r.box != nil {
+		r.box.Release()
+	}
+	c.d.slots.release()
+}
+
 // runExec runs an allowed execute call: a warm box from the pool (waiting
 // for the pool's next box when it is making one), or a cold one; the argv
 // handed over is the one authorized (the manifest's own, when the request
@@ -246,35 +291,46 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	if argv == nil {
 		argv = c.tool.Commands[0]
 	}
-	if o := c.waitSlot(); o != nil {
-		return o
-	}
-	defer c.d.slots.release()
 	var box *sandbox.Box
-	if et.pool != nil {
-		box = et.pool.GetWait(c.ctx, poolWait)
+	var createErr error
+	if cold := c.cold; cold != nil {
+		// startCold took the slot and began the box while the decision
+		// was made durable.
+		c.cold = nil
+		defer c.d.slots.release()
+		r := <-cold
+		box, createErr = r.box, r.err
+	} else {
+		if o := c.waitSlot(); o != nil {
+			return o
+		}
+		defer c.d.slots.release()
+		if et.pool != nil {
+			box = et.pool.GetWait(c.ctx, poolWait)
+		}
 	}
 	if c.ctx.Err() != nil {
 		// Cancelled, shut down or gone while it waited: the command
-		// must not start, and no cold box is made for it.
+		// must not start, and no cold box is made for it (one made
+		// already goes unused).
 		if box != nil {
 			box.Release()
 		}
 		return &outcome{reason: c.endReason()}
 	}
-	c.d.m.poolGet(c.req.Tool, box != nil)
-	if box == nil {
-		var err error
-		if box, err = c.p.runner.Create(et.spec); err != nil {
-			msg, reason := "create sandbox", errclass.Reason(err) // ENOSPC no_space, EMFILE busy, …
-			if errors.As(err, new(*sandbox.IDsExhaustedError)) {
-				// Every uid of the range runs a container: like a full
-				// admission queue, nothing ran and a retry may succeed.
-				msg, reason = "create sandbox: every container uid is in use", api.ReasonBusy
-			}
-			c.d.log.Error(msg, "err", err, "tool", c.req.Tool, "call_id", c.id)
-			return &outcome{reason: reason}
+	c.d.m.poolGet(c.req.Tool, box != nil && et.pool != nil)
+	if box == nil && createErr == nil {
+		box, createErr = c.p.runner.Create(et.spec)
+	}
+	if createErr != nil {
+		msg, reason := "create sandbox", errclass.Reason(createErr) // ENOSPC no_space, EMFILE busy, …
+		if errors.As(createErr, new(*sandbox.IDsExhaustedError)) {
+			// Every uid of the range runs a container: like a full
+			// admission queue, nothing ran and a retry may succeed.
+			msg, reason = "create sandbox: every container uid is in use", api.ReasonBusy
 		}
+		c.d.log.Error(msg, "err", createErr, "tool", c.req.Tool, "call_id", c.id)
+		return &outcome{reason: reason}
 	}
 	var emit func(sandbox.Chunk)
 	if onChunk != nil {

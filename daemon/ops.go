@@ -16,16 +16,23 @@ import (
 type opSpec struct {
 	*authz.Op
 	exec func(c *call, onChunk func(stream string, data []byte)) *outcome
+	// prepare, when set, starts work that has no effect (execute: making
+	// a cold container) while an allowed call's decision is made durable;
+	// exec picks it up.
+	prepare func(c *call)
 }
 
 var operations = map[api.Operation]*opSpec{
-	api.OpRead:    {exec: execRead},
-	api.OpList:    {exec: execList},
-	api.OpWrite:   {exec: execWrite},
-	api.OpDelete:  {exec: execDelete},
-	api.OpExecute: {exec: func(c *call, onChunk func(string, []byte)) *outcome { return c.runExec(onChunk) }},
-	api.OpFetch:   {exec: execFetch},
-	api.OpPost:    {exec: execPost},
+	api.OpRead:   {exec: execRead},
+	api.OpList:   {exec: execList},
+	api.OpWrite:  {exec: execWrite},
+	api.OpDelete: {exec: execDelete},
+	api.OpExecute: {
+		exec:    func(c *call, onChunk func(string, []byte)) *outcome { return c.runExec(onChunk) },
+		prepare: (*call).startCold,
+	},
+	api.OpFetch: {exec: execFetch},
+	api.OpPost:  {exec: execPost},
 }
 
 func init() {

@@ -46,6 +46,10 @@ type call struct {
 	// held is an execute call's box once its command has ended: released
 	// (destroyed in the background, its pool refilled) after the reply.
 	held *sandbox.Box
+	// cold, when set, is an execute call's box being created while its
+	// decision is made durable (see startCold); the call holds a
+	// container slot for it.
+	cold chan coldBox
 
 	handles map[int]*securefs.Handle // by root index, for resolved paths
 	parents map[int]*parentRef       // by root index, for write and delete
@@ -110,6 +114,7 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 	c := d.calls.begin(d, p, peer, dc, start)
 	defer func() {
 		c.releaseHeld() // on every path; after a reply it is done already
+		c.dropCold()    // a box made for a call that ended before it ran
 		d.calls.end(c)
 		if c.p != nil { // a parked call gives its policy back while it waits
 			c.p.release()
@@ -160,6 +165,9 @@ func (c *call) pipeline(em emitter) {
 	// daemon: within docs/design.md §3, with one sync per call, shared by
 	// group commit, instead of two.
 	if c.op.Effects || streaming {
+		if c.op.prepare != nil {
+			c.op.prepare(c)
+		}
 		if err := c.d.ledger.Sync(seq); err != nil {
 			c.failClosed()
 			c.finishDenied(em, 0)

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/timerslack"
 	"github.com/sluicehq/sluice/sandbox"
 )
 
@@ -238,6 +239,11 @@ func Run(ctx context.Context, cfg Config) error {
 		d.m = newMetrics(d)
 	}
 	raiseNofile(d.log)
+	// Fewer wake-ups of the Go runtime's sysmon on the vCPU serving a
+	// call; containers go back to the default (internal/timerslack).
+	if err := timerslack.SetProcess(timerslack.Daemon); err != nil {
+		d.log.Debug("timer slack unchanged", "err", err)
+	}
 	// A manifest that does not parse is reported as such, before the
 	// locks below can refuse it for a dir another daemon holds.
 	if err := checkManifest(cfg.Manifest); err != nil {

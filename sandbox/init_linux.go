@@ -5,6 +5,8 @@ import (
 	"runtime"
 
 	"github.com/opencontainers/runc/libcontainer"
+
+	"github.com/sluicehq/sluice/internal/timerslack"
 	// nsenter's C constructor joins the container's namespaces before the
 	// Go runtime starts in a container's init process; it must be linked
 	// into the daemon binary.
@@ -27,6 +29,12 @@ const InitArg = "init"
 // container's init, so they must stay cheap.
 func MaybeInit() {
 	if len(os.Args) > 1 && os.Args[1] == InitArg {
+		// sluiced's threads run with a larger timer slack, which a
+		// process keeps across exec: the helper, and so the command,
+		// get the kernel's default from this (locked, main) thread,
+		// which execs the helper. Failing that they run with
+		// sluiced's; nothing depends on it.
+		_ = timerslack.ResetThread()
 		libcontainer.Init()
 	}
 	if len(os.Args) > 1 && os.Args[1] == seccompExportArg {

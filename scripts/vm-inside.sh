@@ -173,6 +173,12 @@ restart_and_check bin/sluiced
 PID=$(prop MainPID)
 lap "upgrade and rollback"
 
+# Under the unit's sandbox sluiced still sets its threads' timer slack
+# (docs/operating.md: it needs CAP_SYS_NICE, which the unit keeps).
+slack=$(cat /proc/"$PID"/timerslack_ns)
+[ "$slack" = 500000 ] || fail "sluiced's timer slack is $slack ns under the unit, want 500000"
+echo "timer slack of sluiced (pid $PID): $slack ns"
+
 # All of it but the MCP test with the TypeScript client: it needs npm's
 # registry, which the VM has not; make test runs it on the host, and
 # TestMCPStdio drives the same bridge here with the Go SDK.

@@ -474,6 +474,9 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	if errno := n.v.allowed(ctx); errno != 0 {
 		return nil, errno
 	}
+	if errno := n.searchable(ctx); errno != 0 {
+		return nil, errno
+	}
 	h, errno := n.resolve()
 	if errno != 0 {
 		return nil, errno
@@ -513,6 +516,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 		return nil, 0, errno
 	}
 	n.v.stats.opendirs.Add(1)
+	if errno := n.searchable(ctx); errno != 0 {
+		return nil, 0, errno
+	}
 	h, errno := n.resolve()
 	if errno != 0 {
 		return nil, 0, errno
@@ -577,6 +583,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	own, errno := n.v.caller(ctx)
 	if errno != 0 {
+		return nil, 0, errno
+	}
+	if errno := n.searchable(ctx); errno != 0 {
 		return nil, 0, errno
 	}
 	h, errno := n.resolve()

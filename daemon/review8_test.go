@@ -1,0 +1,111 @@
+//go:build linux
+
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// review8Script runs in the container with cwd workspace/src: it settles
+// in d (cwd and a held fd of it), lists it, says READY, waits for the
+// host's "go" (a file the host creates after its edits: an event, not a
+// timer), then tries everything a command can do relative to where it
+// sits and prints what it got.
+const review8Script = `
+import os, sys
+os.chdir("d")
+held = os.open(".", os.O_RDONLY)
+print("BEFORE", sorted(os.listdir(".")), sorted(os.listdir(held)), open("a").read().strip(), flush=True)
+print("READY", flush=True)
+go = sys.argv[1] + "/go"
+while not os.path.exists(go):
+    os.sched_yield()
+def attempt(what, fn):
+    try:
+        print(what, repr(fn()), flush=True)
+    except OSError as e:
+        print(what, "refused", e.errno, flush=True)
+attempt("list-cwd", lambda: sorted(os.listdir(".")))
+attempt("list-held", lambda: sorted(os.listdir(held)))
+attempt("read-new", lambda: open("SECRET").read())
+attempt("read-a", lambda: open("a").read())
+attempt("read-sub", lambda: open("sub/SECRET2").read())
+attempt("list-sibling", lambda: sorted(os.listdir("../keys.pem")))
+attempt("read-sibling", lambda: open("../keys.pem/SECRET").read())
+attempt("stat-sibling", lambda: os.lstat("../keys.pem").st_mode)
+attempt("walk-src", lambda: sorted(os.path.join(r, f) for r, _, fs in os.walk(sys.argv[1]) for f in fs))
+print("DONE", flush=True)
+`
+
+// TestReview8CwdRenamedDuringCommand (black-box, over the socket): while
+// an execute command sits in an allowed directory (its cwd, and an fd it
+// holds), the host renames that directory to a never name and puts a
+// secret in it. Nothing of the secret (its name or content) reaches the
+// command, relative to its cwd, through its held fd, through "..", or by
+// a walk of the mount.
+func TestReview8CwdRenamedDuringCommand(t *testing.T) {
+	fx, m := viewsFixture(t, map[string]string{
+		"probe": `"commands":[["python3","-c",` + mustString(review8Script) + `,"{ARG}"]],"pool":0,"timeout_ms":60000`,
+	})
+	src := filepath.Join(fx.Base, "workspace/src")
+	m2, err := os.ReadFile(m)
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(m, []byte(strings.ReplaceAll(string(m2), "{ARG}", src)), 0o644))
+	testutil.Must(t, os.MkdirAll(filepath.Join(src, "d/sub"), 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "d/a"), []byte("a-before\n"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "d/sub/b"), []byte("b\n"), 0o644))
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.UIDRange = viewsUIDs })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := startStream(h.c, ctx, api.CallRequest{Tool: "probe", Args: json.RawMessage(`{}`)})
+	var out string
+	for !strings.Contains(out, "READY\n") {
+		ev := s.next(t, "READY")
+		switch ev.Event {
+		case "output":
+			out += ev.Data
+		case "result":
+			t.Fatalf("the probe ended before READY: %s %q", ev.Reason, out)
+		}
+	}
+	// The host's edits, then "go".
+	testutil.Must(t, os.Rename(filepath.Join(src, "d"), filepath.Join(src, "keys.pem")))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "keys.pem/SECRET"), []byte("SLUICE-SECRET-R8\n"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "keys.pem/sub/SECRET2"), []byte("SLUICE-SECRET-R8\n"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "keys.pem/a"), []byte("SLUICE-SECRET-R8-A\n"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "go"), nil, 0o644))
+	for !strings.Contains(out, "DONE\n") {
+		ev := s.next(t, "DONE")
+		switch ev.Event {
+		case "output":
+			out += ev.Data
+		case "result":
+			if !strings.Contains(out, "DONE\n") {
+				t.Fatalf("the probe ended before DONE: %s %q", ev.Reason, out)
+			}
+		}
+	}
+	t.Logf("probe:\n%s", out)
+	after := out[strings.Index(out, "READY\n"):]
+	for _, leak := range []string{"SLUICE-SECRET", "SECRET"} {
+		if strings.Contains(after, leak) {
+			t.Errorf("the command saw %q after its directory was renamed to a never name:\n%s", leak, after)
+		}
+	}
+	if !strings.Contains(out, fmt.Sprintf("BEFORE ['a', 'sub'] ['a', 'sub'] a-before")) {
+		t.Errorf("the probe did not start as expected:\n%s", out)
+	}
+	cancel()
+	<-s.done
+}

@@ -383,19 +383,24 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	if w.watched(l) {
 		return true
 	}
-	if l.rel != "" && l.rel != parentRel {
-		parent := ""
-		if i := strings.LastIndexByte(l.rel, '/'); i >= 0 {
-			parent = l.rel[:i]
-		}
-		if !w.watched(loc{l.m, parent}) {
-			return false
-		}
-	}
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if _, ok := w.byLoc[l]; ok {
 		return true
+	}
+	if l.rel != "" && l.rel != parentRel {
+		// Checked under wmu: a parent forgotten (renamed) between an
+		// unlocked check and this point would leave l watched beneath
+		// an unwatched directory, where forgetting the parent's name
+		// later no longer reaches it (forgetLocked stops at an
+		// unwatched directory).
+		parent := ""
+		if i := strings.LastIndexByte(l.rel, '/'); i >= 0 {
+			parent = l.rel[:i]
+		}
+		if _, ok := w.byLoc[loc{l.m, parent}]; !ok {
+			return false
+		}
 	}
 	if w.fd < 0 || watchesHeld.Load() >= watchBudget.Load() {
 		return false

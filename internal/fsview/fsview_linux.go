@@ -256,6 +256,10 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if src := r.v.srcs[i]; src.Name != "" {
 		// A file mount: its directory is the source's root.
 		r.v.w.ensure(loc{i, parentRel}, int(src.Root.Fd()))
+	} else {
+		// A directory mount reports changes to itself: watched before
+		// its attributes are read (see entry).
+		r.v.w.ensure(loc{i, ""}, int(src.Root.Fd()))
 	}
 	return n.entry(ctx, &r.Inode, n, out)
 }
@@ -387,18 +391,18 @@ func (n *node) watch(h *securefs.Handle) bool {
 
 // entry answers a lookup of n (already built, with its rel) under parent.
 func (n *node) entry(ctx context.Context, parent *fs.Inode, child *node, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	// How long the answer may be kept is decided before the path is
+	// resolved: only a watch that existed then reports every change
+	// after what the answer says (one added meanwhile, by another
+	// request, would not have reported a change in between).
+	t := child.timeout()
 	h, errno := child.resolve()
 	if errno != 0 {
 		return nil, errno
 	}
 	defer h.Close()
-	if child.rel == "" && child.v.srcs[child.m].Name == "" {
-		// A directory mount reports changes to itself.
-		child.watch(h)
-	}
 	fillAttr(&out.Attr, &h.Stat)
 	child.dev, child.ino = uint64(h.Stat.Dev), h.Stat.Ino
-	t := child.timeout()
 	out.SetEntryTimeout(t)
 	out.SetAttrTimeout(t)
 	// A node is a path: the same inode at two paths is two nodes (Gen
@@ -449,6 +453,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if errno := n.v.allowed(ctx); errno != 0 {
 		return errno
 	}
+	t := n.timeout() // before the attributes are read (see entry)
 	if of, ok := f.(*file); ok {
 		// fstat of an open file: the file that was opened, wherever
 		// its path now leads.
@@ -457,7 +462,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 			return fs.ToErrno(err)
 		}
 		fillAttr(&out.Attr, &st)
-		out.SetTimeout(n.timeout())
+		out.SetTimeout(t)
 		return 0
 	}
 	h, errno := n.resolve()
@@ -466,7 +471,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	defer h.Close()
 	fillAttr(&out.Attr, &h.Stat)
-	out.SetTimeout(n.timeout())
+	out.SetTimeout(t)
 	return 0
 }
 

@@ -581,7 +581,10 @@ func openErrno(err error) syscall.Errno {
 }
 
 // Open opens the node's path now, for reading only (the view is read-only
-// and so is every bind of it).
+// and so is every bind of it). It never answers ENOSYS: the kernel would
+// take that as "no open support" and stop sending OPEN for the whole
+// connection, every later open skipping these checks
+// (TestReview8NoENOSYSFromOpen).
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC|unix.O_APPEND|unix.O_CREAT) != 0 {
 		return nil, 0, syscall.EROFS

@@ -415,3 +415,40 @@ func TestReview8WatchedBeneathWatched(t *testing.T) {
 		t.Errorf("src/p/l/m after a create: %v", got)
 	}
 }
+
+// TestReview8SymlinkRetargeted: a symlink looked up and followed through
+// the view (its name and attributes cached) that the host points
+// elsewhere, in place (removed and made again) or by a rename over it:
+// before Sync the kernel may still hold the old link's entry, yet its
+// target is read from the host at every follow (the view never lets the
+// kernel cache a link's target), and what it leads to is looked up in the
+// view again: a never name stays hidden.
+func TestReview8SymlinkRetargeted(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	host := func(rel string) string { return filepath.Join(f.ws, rel) }
+	testutil.Must(t, os.Symlink("a.py", host("src/l")))
+	if b, err := os.ReadFile(f.in("src/l")); err != nil || string(b) != "print('a')\n" {
+		t.Fatalf("through the link: %q %v", b, err)
+	}
+	for i, target := range []string{"../private/key", ".env", "../src/.env"} {
+		if i%2 == 0 {
+			testutil.Must(t, os.Remove(host("src/l")))
+			testutil.Must(t, os.Symlink(target, host("src/l")))
+		} else {
+			testutil.Must(t, os.Symlink(target, host("src/l.new")))
+			testutil.Must(t, os.Rename(host("src/l.new"), host("src/l")))
+		}
+		if got, err := os.Readlink(f.in("src/l")); err != nil || got != target {
+			t.Errorf("retargeted to %s, before Sync: readlink %q %v", target, got, err)
+		}
+		unread(t, f.in("src/l"))
+		f.v.Sync()
+		unread(t, f.in("src/l"))
+		testutil.Must(t, os.Remove(host("src/l")))
+		testutil.Must(t, os.Symlink("a.py", host("src/l")))
+		f.v.Sync()
+		if b, err := os.ReadFile(f.in("src/l")); err != nil || string(b) != "print('a')\n" {
+			t.Fatalf("back to a.py: %q %v", b, err)
+		}
+	}
+}

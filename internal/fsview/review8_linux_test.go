@@ -12,7 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/securefs"
@@ -450,5 +453,54 @@ func TestReview8SymlinkRetargeted(t *testing.T) {
 		if b, err := os.ReadFile(f.in("src/l")); err != nil || string(b) != "print('a')\n" {
 			t.Fatalf("back to a.py: %q %v", b, err)
 		}
+	}
+}
+
+// TestReview8RemoteChangesNotCachedLong: inotify reports only changes
+// made through this kernel. A workspace on a file system that others
+// change too (NFS, SMB, 9p, or a FUSE one: virtiofs, the usual share of a
+// development VM, sshfs) is edited where no event is raised: the
+// operator's own save on the VM's host. Its directories must be served
+// as unwatched ones (names and attributes for the short timeout, no kept
+// listing), not cached for 10 minutes. Here the workspace is a FUSE
+// loopback of a directory changed beneath it.
+func TestReview8RemoteChangesNotCachedLong(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("mounts FUSE: run as root")
+	}
+	base := t.TempDir()
+	backing, ws, mnt := filepath.Join(base, "backing"), filepath.Join(base, "ws"), filepath.Join(base, "mnt")
+	for _, d := range []string{filepath.Join(backing, "src"), ws, mnt} {
+		testutil.Must(t, os.MkdirAll(d, 0o755))
+	}
+	write(t, filepath.Join(backing, "src/a"), "a\n")
+	lroot, err := gofs.NewLoopbackRoot(backing)
+	testutil.Must(t, err)
+	lsrv, err := gofs.Mount(ws, lroot, &gofs.Options{MountOptions: fuse.MountOptions{AllowOther: true, DirectMount: true, FsName: "remote-ish"}})
+	testutil.Must(t, err)
+	t.Cleanup(func() { lsrv.Unmount() })
+	root, err := securefs.OpenRoot(ws, securefs.ModeAuto)
+	testutil.Must(t, err)
+	v, err := Mount(mnt, []Source{{Root: root}}, Options{Hide: never, Timeout: 50 * time.Millisecond})
+	testutil.Must(t, err)
+	t.Cleanup(func() {
+		v.Close()
+		<-v.Done()
+	})
+	in := func(rel string) string { return filepath.Join(v.Path(0), rel) }
+	if got := listing(t, in("src")); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("src: %v", got)
+	}
+	os.Lstat(in("src/a"))
+	// Changed where this kernel raises no event.
+	write(t, filepath.Join(backing, "src/b"), "b\n")
+	write(t, filepath.Join(backing, "src/a"), "a, longer now\n")
+	v.Sync()
+	eventually(t, "a change made beneath the workspace's file system", func() bool {
+		fi, err := os.Lstat(in("src/a"))
+		return err == nil && fi.Size() == int64(len("a, longer now\n")) && slices.Equal(listing(t, in("src")), []string{"a", "b"})
+	})
+	if n := v.Watches(); n != 0 {
+		t.Errorf("%d directories of a FUSE workspace watched", n)
 	}
 }

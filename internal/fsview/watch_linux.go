@@ -402,7 +402,7 @@ func (w *watcher) ensure(l loc, fd int) bool {
 			return false
 		}
 	}
-	if w.fd < 0 || watchesHeld.Load() >= watchBudget.Load() {
+	if w.fd < 0 || watchesHeld.Load() >= watchBudget.Load() || changedElsewhere(fd) {
 		return false
 	}
 	// The watch is on the inode the fd holds: no path is looked up again
@@ -435,6 +435,31 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	}
 	set[l] = struct{}{}
 	return true
+}
+
+// changedElsewhere reports whether the directory fd is on a file system
+// that others change without this kernel seeing it: a network or cluster
+// file system, or a FUSE one (virtiofs, the usual share of a development
+// VM, or sshfs). inotify reports only changes made through this kernel,
+// so the operator's save on the VM's host or another client raised no
+// event and the kernel kept a stale listing and stale attributes for the
+// 10 minute timeout, Sync or not (review 8,
+// TestReview8RemoteChangesNotCachedLong). Such a directory is served as
+// an unwatched one. An fs type that cannot be read counts as one.
+func changedElsewhere(fd int) bool {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return true
+	}
+	switch uint32(st.Type) {
+	case unix.NFS_SUPER_MAGIC, unix.SMB_SUPER_MAGIC, unix.SMB2_SUPER_MAGIC, unix.CIFS_SUPER_MAGIC,
+		unix.FUSE_SUPER_MAGIC, unix.V9FS_MAGIC, unix.CEPH_SUPER_MAGIC, unix.AFS_SUPER_MAGIC,
+		unix.AFS_FS_MAGIC, unix.CODA_SUPER_MAGIC, unix.OCFS2_SUPER_MAGIC,
+		0x01161970, // GFS2
+		0x0bd00bd0: // Lustre
+		return true
+	}
+	return false
 }
 
 // names reports whether the directory l's path names now is fd's. A

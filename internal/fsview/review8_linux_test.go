@@ -504,3 +504,48 @@ func TestReview8RemoteChangesNotCachedLong(t *testing.T) {
 		t.Errorf("%d directories of a FUSE workspace watched", n)
 	}
 }
+
+// TestReview8RenamedAwayAndBackListsWhole: a directory opened (its
+// listing to be kept by the kernel), renamed away before it is read, so
+// that the read lists nothing (its path names no directory), then renamed
+// back: the same directory at the same path, the same node. The empty
+// read must not be kept as the node's whole listing: after Sync every
+// opendir lists the directory's names.
+func TestReview8RenamedAwayAndBackListsWhole(t *testing.T) {
+	for _, held := range []string{"unread", "partly read"} {
+		t.Run(held, func(t *testing.T) {
+			f := newView(t, securefs.ModeOpenat2)
+			host := func(rel string) string { return filepath.Join(f.ws, rel) }
+			testutil.Must(t, os.MkdirAll(host("src/d"), 0o755))
+			var want []string
+			n := 3
+			if held == "partly read" {
+				n = 2000 // more than one READDIR reply
+			}
+			for i := range n {
+				name := fmt.Sprintf("file-with-a-longish-name-%04d", i)
+				write(t, host("src/d/"+name), "x")
+				want = append(want, name)
+			}
+			fd, err := unix.Open(f.in("src/d"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			testutil.Must(t, err)
+			defer unix.Close(fd)
+			if held == "partly read" {
+				buf := make([]byte, 4096)
+				if _, err := unix.Getdents(fd, buf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testutil.Must(t, os.Rename(host("src/d"), host("src/elsewhere")))
+			f.v.Sync()
+			readNames(t, fd)
+			testutil.Must(t, os.Rename(host("src/elsewhere"), host("src/d")))
+			f.v.Sync()
+			for i := range 2 {
+				if got := listing(t, f.in("src/d")); !slices.Equal(got, want) {
+					t.Errorf("listing %d after the directory came back: %d names, want %d", i, len(got), len(want))
+				}
+			}
+		})
+	}
+}

@@ -401,10 +401,11 @@ func (n *node) entry(ctx context.Context, parent *fs.Inode, child *node, out *fu
 		return nil, errno
 	}
 	defer h.Close()
+	at := child.dirAttrs(h, t)
 	fillAttr(&out.Attr, &h.Stat)
 	child.dev, child.ino = uint64(h.Stat.Dev), h.Stat.Ino
 	out.SetEntryTimeout(t)
-	out.SetAttrTimeout(t)
+	out.SetAttrTimeout(at)
 	// A node is a path: the same inode at two paths is two nodes (Gen
 	// tells them apart), so no operation ever runs on one path's behalf
 	// through another path's node.
@@ -470,9 +471,35 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return errno
 	}
 	defer h.Close()
+	t = n.dirAttrs(h, t)
 	fillAttr(&out.Attr, &h.Stat)
 	out.SetTimeout(t)
 	return 0
+}
+
+// dirAttrs returns how long the kernel may keep the attributes of n,
+// just resolved as h, given t for its name. A directory's own attributes
+// (mtime, ctime, nlink) change with every name made or removed inside it,
+// which only its own watch reports (its parent's reports its name and its
+// own chmod): left to its parent's, a directory looked up but never
+// looked into kept its old mtime 10 minutes, Sync or not, and git's
+// untracked cache, which trusts a directory's mtime, missed new files
+// (review 8, TestReview8DirAttrsFreshAfterSync). So a directory is
+// watched itself before its attributes are kept long, and they are read
+// again once it is, so that no change between the two goes unreported.
+func (n *node) dirAttrs(h *securefs.Handle, t time.Duration) time.Duration {
+	if h.Kind != securefs.KindDir || t != n.v.long {
+		return t
+	}
+	if !n.watch(h) {
+		return n.v.short
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(h.File().Fd()), &st); err != nil {
+		return n.v.short
+	}
+	h.Stat = st
+	return t
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {

@@ -549,3 +549,47 @@ func TestReview8RenamedAwayAndBackListsWhole(t *testing.T) {
 		})
 	}
 }
+
+// TestReview8DirAttrsFreshAfterSync: a directory looked up but never
+// looked into (ls -l of its parent, a stat: readdirplus and lookups do
+// that) has attributes that change with what is inside it: mtime, ctime,
+// nlink. Only its own watch reports a name made inside it; its parent's
+// reports its name and its own chmod. Once Sync returns, its attributes
+// must be the host's, as git's untracked cache (core.untrackedCache,
+// feature.manyFiles) and make read a directory's mtime to decide whether
+// to look again.
+func TestReview8DirAttrsFreshAfterSync(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	host := func(rel string) string { return filepath.Join(f.ws, rel) }
+	for _, d := range []string{"src/d", "src/e"} {
+		testutil.Must(t, os.MkdirAll(host(d), 0o755))
+	}
+	listing(t, f.in("src")) // readdirplus: d and e looked up, neither listed
+	os.Lstat(f.in("src/d"))
+	os.Lstat(f.in("src/e"))
+	// Names made inside them: their mtime (and d's nlink) change, and no
+	// event reaches their parent's watch. Polled until the host's own
+	// mtime moved (a coarse timestamp may need a tick).
+	before, err := os.Lstat(host("src/d"))
+	testutil.Must(t, err)
+	for i := 0; ; i++ {
+		testutil.Must(t, os.Mkdir(host(fmt.Sprintf("src/d/sub%d", i)), 0o755))
+		write(t, host(fmt.Sprintf("src/e/new%d", i)), "n")
+		if fi, err := os.Lstat(host("src/d")); err == nil && !fi.ModTime().Equal(before.ModTime()) {
+			break
+		}
+	}
+	f.v.Sync()
+	for _, d := range []string{"src/d", "src/e"} {
+		want, err := os.Lstat(host(d))
+		testutil.Must(t, err)
+		got, err := os.Lstat(f.in(d))
+		testutil.Must(t, err)
+		var wst, gst unix.Stat_t
+		unix.Lstat(host(d), &wst)
+		unix.Lstat(f.in(d), &gst)
+		if !got.ModTime().Equal(want.ModTime()) || gst.Nlink != wst.Nlink {
+			t.Errorf("%s after Sync: mtime %v nlink %d, host %v %d", d, got.ModTime(), gst.Nlink, want.ModTime(), wst.Nlink)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/sandbox"
 )
 
 // review8Script runs in the container with cwd workspace/src: it settles
@@ -108,4 +109,54 @@ func TestReview8CwdRenamedDuringCommand(t *testing.T) {
 	}
 	cancel()
 	<-s.done
+}
+
+// TestReview8RecycledUIDReachesNoOtherView (black-box): with a uid range
+// of two ids, a container of tool b soon runs as a uid a container of
+// tool a ran as a moment before. Tool b's container reaches nothing of
+// tool a's view: not by a's mount path, nor by a search of its whole
+// file system.
+func TestReview8RecycledUIDReachesNoOtherView(t *testing.T) {
+	fx, m := viewsFixture(t, map[string]string{
+		"a": `"commands":[["sh","-c","id -u; cat note.txt"]],"pool":0`,
+	})
+	src := filepath.Join(fx.Base, "workspace/src")
+	other := filepath.Join(fx.Base, "workspace/other")
+	testutil.Must(t, os.MkdirAll(other, 0o755))
+	testutil.Must(t, os.Chmod(other, 0o755))
+	probe := fmt.Sprintf(`id -u; cat %[1]s/note.txt; ls %[1]s; echo FIND; find / \( -path /proc -o -path /sys \) -prune -o -name note.txt -print 2>/dev/null; echo END; grep -h sluice /proc/self/mountinfo`, src)
+	body, err := os.ReadFile(m)
+	testutil.Must(t, err)
+	b := strings.Replace(string(body), `,"a":{`, `,"b":{"operation":"execute","mounts":["workspace/other"],"cwd":"workspace/other","pool":0,"commands":[["sh","-c",`+mustString(probe)+`]]},"a":{`, 1)
+	testutil.Must(t, os.WriteFile(m, []byte(b), 0o644))
+	h := start(t, m, securefs.ModeAuto, func(c *Config) {
+		c.UIDRange = sandbox.IDRange{First: 0x7F030010, Last: 0x7F030011}
+	})
+	uidOf := func(out string) string { return strings.SplitN(strings.TrimSpace(out), "\n", 2)[0] }
+	seen := map[string]bool{}
+	recycled := false
+	for i := 0; i < 8 && !recycled; i++ {
+		res, raw := h.call("a", map[string]any{})
+		out := callOutput(res)
+		if !strings.Contains(out, viewContent) {
+			t.Fatalf("tool a does not read its own view: %s", raw)
+		}
+		seen[uidOf(out)] = true
+		res, raw = h.call("b", map[string]any{})
+		out = callOutput(res)
+		if res.Reason != api.ReasonAllowed {
+			t.Fatalf("tool b: %s", raw)
+		}
+		found := ""
+		if i, j := strings.Index(out, "FIND\n"), strings.Index(out, "END\n"); i >= 0 && j > i {
+			found = strings.TrimSpace(out[i+5 : j])
+		}
+		if strings.Contains(out, viewContent) || found != "" || !strings.Contains(out, "END\n") {
+			t.Errorf("tool b's container (uid %s) reached tool a's view:\n%s", uidOf(out), out)
+		}
+		recycled = seen[uidOf(out)]
+	}
+	if !recycled {
+		t.Errorf("tool b never ran as a uid tool a had run as: %v", seen)
+	}
 }

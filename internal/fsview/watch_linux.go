@@ -23,9 +23,12 @@ import (
 // watched with inotify first, and each host change under it is turned
 // into the matching invalidation (a name: FUSE_NOTIFY_INVAL_ENTRY, which
 // also drops everything cached beneath it; attributes and a listing:
-// FUSE_NOTIFY_INVAL_INODE). A directory that cannot be watched (the
-// inotify watch limit) is served as before: a 1 s timeout and no listing
-// cache, for it and everything beneath it.
+// FUSE_NOTIFY_INVAL_INODE). A directory's own attributes change with the
+// names made inside it, which only its own watch reports: they are kept
+// long only once it is watched itself (node.dirAttrs). A directory that
+// cannot be watched (the inotify watch limit, the budget, or a file
+// system others change unseen: changedElsewhere) is served as before: a
+// 1 s timeout and no listing cache, for it and everything beneath it.
 //
 // Why a cache cannot show what the view would now refuse:
 //   - Hiding is a pure function of a node's path (never globs); a node is a

@@ -593,3 +593,54 @@ func TestReview8DirAttrsFreshAfterSync(t *testing.T) {
 		}
 	}
 }
+
+// TestReview8SyncAfterCloseReadsNothing: once a view's server has
+// stopped (its last container gone after a reload detached it), its
+// inotify fd is closed, and the fd's number may be handed to anything
+// sluiced opens next: a client's connection, a container's pipe. A Sync
+// then (a box of the view run late) must not read from whatever holds
+// that number now.
+func TestReview8SyncAfterCloseReadsNothing(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	f.v.w.mu.Lock()
+	num := f.v.w.fd
+	f.v.w.mu.Unlock()
+	f.v.Close()
+	<-f.v.Done()
+	var p [2]int
+	testutil.Must(t, unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK))
+	defer unix.Close(p[1])
+	// What sluiced opened next got the number.
+	testutil.Must(t, unix.Dup3(p[0], num, unix.O_CLOEXEC))
+	unix.Close(p[0])
+	defer unix.Close(num)
+	msg := []byte("a client's request, not inotify events")
+	_, err := unix.Write(p[1], msg)
+	testutil.Must(t, err)
+	f.v.Sync()
+	if n, err := unix.IoctlGetInt(num, unix.TIOCINQ); err != nil || n != len(msg) {
+		t.Errorf("after Sync on a closed view, the fd that took its number holds %d bytes (%v), want %d", n, err, len(msg))
+	}
+}
+
+// TestReview8MountFailureReturns: a view that cannot be mounted (here its
+// directory is missing) returns its error; the watcher made for it,
+// whose loop never started, must not wait for that loop to end.
+func TestReview8MountFailureReturns(t *testing.T) {
+	ws := t.TempDir()
+	root, err := securefs.OpenRoot(ws, securefs.ModeAuto)
+	testutil.Must(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := Mount(filepath.Join(ws, "missing", "mnt"), []Source{{Root: root}}, Options{Hide: never})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("mounted on a missing directory")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Mount on a missing directory did not return within 30 s")
+	}
+}

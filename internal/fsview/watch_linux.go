@@ -122,8 +122,9 @@ type watcher struct {
 	byLoc map[loc]int32
 	byWd  map[int32]map[loc]struct{}
 
-	stop [2]int // a pipe: closing stop[1] ends the loop
-	done chan struct{}
+	stop    [2]int // a pipe: closing stop[1] ends the loop
+	done    chan struct{}
+	started bool // the loop runs (start); close waits for it only then
 }
 
 // newWatcher makes v's watcher. Without an inotify instance (the
@@ -145,24 +146,35 @@ func newWatcher(v *View) *watcher {
 
 func (w *watcher) start() {
 	if w.fd >= 0 {
+		w.started = true
 		go w.loop()
 	}
 }
 
-// close ends the loop and releases the inotify instance.
+// close ends the loop and releases the inotify instance. Called once:
+// when the server has stopped, or when the mount failed (the loop never
+// started: waiting for it hung Mount for good). The fd is marked closed
+// under both locks: its number may be handed to anything sluiced opens
+// next (a connection, a container's pipe), which a late Sync must not
+// read as events (TestReview8SyncAfterCloseReadsNothing).
 func (w *watcher) close() {
 	if w.fd < 0 {
 		return
 	}
 	unix.Close(w.stop[1])
-	<-w.done
+	if w.started {
+		<-w.done
+	}
 	unix.Close(w.stop[0])
+	w.mu.Lock()
 	w.wmu.Lock()
 	unix.Close(w.fd) // every watch goes with it
+	w.fd = -1
 	watchesHeld.Add(-int64(len(w.byWd)))
 	clear(w.byWd)
 	clear(w.byLoc)
 	w.wmu.Unlock()
+	w.mu.Unlock()
 }
 
 func (w *watcher) loop() {
@@ -192,11 +204,11 @@ func (w *watcher) Sync() { w.drain() }
 // more: a host that changes files without pause cannot keep it (or Sync
 // behind it) going for ever.
 func (w *watcher) drain() {
-	if w.fd < 0 {
-		return
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.fd < 0 {
+		return // none, or closed
+	}
 	queued, err := unix.IoctlGetInt(w.fd, unix.TIOCINQ) // FIONREAD
 	if err != nil {
 		queued = len(w.buf)
@@ -225,6 +237,9 @@ func (w *watcher) act(buf []byte) {
 	w.wmu.Lock()
 	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
 		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		if off+unix.SizeofInotifyEvent+int(ev.Len) > len(buf) {
+			break // not an event the kernel wrote: never index past the read
+		}
 		name := ""
 		if ev.Len > 0 {
 			raw := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/sandbox"
@@ -158,5 +159,52 @@ func TestReview8RecycledUIDReachesNoOtherView(t *testing.T) {
 	}
 	if !recycled {
 		t.Errorf("tool b never ran as a uid tool a had run as: %v", seen)
+	}
+}
+
+// TestReview8PooledCwdReplacedBetweenCalls (black-box): a pooled
+// container settles in its cwd (a directory beneath the mount) before
+// the call that uses it. Between two calls the host renames that
+// directory to a never name, fills it, and makes a new one at the path.
+// The second call (from the pool: its cwd is the old directory's entry)
+// sees nothing of the renamed directory, and lists the new one, as a
+// command started after the edit must.
+func TestReview8PooledCwdReplacedBetweenCalls(t *testing.T) {
+	fx := escapetest.Build(t)
+	src := filepath.Join(fx.Base, "workspace/src")
+	testutil.Must(t, os.MkdirAll(filepath.Join(src, "d"), 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "d/a"), []byte("a\n"), 0o644))
+	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
+		"look":{"operation":"execute","mounts":["workspace/src"],"cwd":"workspace/src/d","never":[".env","*.pem"],
+			"commands":[["sh","-c","echo LS; ls; echo CAT; cat SECRET a 2>&1; ls ../keys.pem 2>&1; echo END"]],"pool":1}}}`)
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.UIDRange = viewsUIDs })
+	look := func() string {
+		t.Helper()
+		res, body := h.call("look", map[string]any{})
+		if res.Reason != api.ReasonAllowed {
+			t.Fatalf("look: %s", body)
+		}
+		return callOutput(res)
+	}
+	if got := look(); !strings.Contains(got, "LS\na\nCAT") {
+		t.Fatalf("first look: %q", got)
+	}
+	// Let the pool refill, from before the edit: a second look uses it.
+	if got := look(); !strings.Contains(got, "LS\na\nCAT") {
+		t.Fatalf("second look: %q", got)
+	}
+	testutil.Must(t, os.Rename(filepath.Join(src, "d"), filepath.Join(src, "keys.pem")))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "keys.pem/SECRET"), []byte("SLUICE-SECRET-R8\n"), 0o644))
+	testutil.Must(t, os.Mkdir(filepath.Join(src, "d"), 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(src, "d/new"), []byte("new\n"), 0o644))
+	for i := range 3 {
+		got := look()
+		t.Logf("look %d after the edit:\n%s", i, got)
+		if strings.Contains(got, "SLUICE-SECRET") || strings.Contains(got, "\nSECRET\n") {
+			t.Errorf("look %d saw the renamed directory's secret:\n%s", i, got)
+		}
+		if !strings.Contains(got, "LS\nnew\nCAT") {
+			t.Errorf("look %d does not list the directory now at its cwd's path:\n%s", i, got)
+		}
 	}
 }

@@ -644,3 +644,32 @@ func TestReview8MountFailureReturns(t *testing.T) {
 		t.Fatal("Mount on a missing directory did not return within 30 s")
 	}
 }
+
+// TestReview8CwdInReplacedDirListsPath: a process sits in a directory
+// (its cwd, here an O_PATH fd) that the host replaces: renamed away and
+// a new one made at the path. A node is a path: a lookup through the cwd
+// finds the new directory's names, and so must a listing of ".", after
+// Sync, not the names the kernel had cached of the directory that left.
+func TestReview8CwdInReplacedDirListsPath(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	host := func(rel string) string { return filepath.Join(f.ws, rel) }
+	testutil.Must(t, os.MkdirAll(host("src/d"), 0o755))
+	write(t, host("src/d/a"), "a")
+	listing(t, f.in("src/d"))
+	cwd, err := unix.Open(f.in("src/d"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	testutil.Must(t, err)
+	defer unix.Close(cwd)
+	testutil.Must(t, os.Rename(host("src/d"), host("src/e")))
+	testutil.Must(t, os.Mkdir(host("src/d"), 0o755))
+	write(t, host("src/d/new"), "n")
+	f.v.Sync()
+	fd, err := unix.Openat(cwd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	testutil.Must(t, err)
+	defer unix.Close(fd)
+	if got := readNames(t, fd); !slices.Contains(got, "new") || slices.Contains(got, "a") {
+		t.Errorf("ls . in a replaced cwd: %v, want the new directory's [new]", got)
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/self/fd/%d/new", cwd)); err != nil || string(b) != "n" {
+		t.Errorf("new through the cwd: %q %v", b, err)
+	}
+}

@@ -348,9 +348,19 @@ func (w *watcher) tell(c change) {
 		}
 	case c.mask&entryEvents != 0:
 		// A name came or went: drop it (and all cached beneath it), the
-		// directory's listing and its attributes (mtime, nlink).
+		// directory's listing and its attributes (mtime, nlink). The
+		// node that was at the name keeps living where a process holds
+		// it (a cwd, an open directory): its attributes and listing go
+		// too, so that an opendir through it lists what its path names
+		// now, not what was cached of the directory that left
+		// (TestReview8CwdInReplacedDirListsPath). Taken before the name
+		// is dropped, which a new lookup may then fill with another node.
+		old := dir.GetChild(c.name)
 		dir.NotifyEntry(c.name)
 		dir.NotifyContent(0, 0)
+		if old != nil {
+			old.NotifyContent(0, 0)
+		}
 	default:
 		if child := dir.GetChild(c.name); child != nil {
 			child.NotifyContent(0, 0)

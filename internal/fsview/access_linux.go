@@ -112,6 +112,12 @@ func permits(ctx context.Context, st *unix.Stat_t, flags uint32) syscall.Errno {
 	if flags&fmodeExec != 0 {
 		bit = 1 // execute
 	}
+	return modeAllows(c, st, bit)
+}
+
+// modeAllows checks bit (4 read, 1 execute or search) of st's mode for
+// the caller c, as the kernel does: owner, else group, else others.
+func modeAllows(c *fuse.Caller, st *unix.Stat_t, bit uint32) syscall.Errno {
 	switch {
 	case st.Uid == c.Uid:
 		bit <<= 6
@@ -120,6 +126,50 @@ func permits(ctx context.Context, st *unix.Stat_t, flags uint32) syscall.Errno {
 	}
 	if st.Mode&bit == 0 {
 		return syscall.EACCES
+	}
+	return 0
+}
+
+// searchable checks that the request's caller may search every
+// directory on the way to n now: the mount's own directory and each one
+// beneath it down to n's parent. The kernel checks the same at each step
+// of a path walk (default_permissions), but against the modes it caches:
+// a directory the host made 0700 still let another uid reach what is
+// beneath it while the chmod's event waited in the queue, and for up to
+// the short timeout in a directory the view could not watch, which Sync
+// does not shorten (review 8, TestReview8StaleDirModeOpens). Open,
+// opendir and readlink (everything that yields content) ask this first.
+// A mount's own node is reached by no walk beneath it, and a file mount
+// is bound as a file.
+// Root is not checked.
+func (n *node) searchable(ctx context.Context) syscall.Errno {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return syscall.EACCES
+	}
+	if c.Uid == 0 || n.rel == "" || n.v.srcs[n.m].Name != "" {
+		return 0
+	}
+	root := int(n.v.srcs[n.m].Root.Fd())
+	var st unix.Stat_t
+	if err := unix.Fstat(root, &st); err != nil {
+		return syscall.EIO
+	}
+	if errno := modeAllows(c, &st, 1); errno != 0 {
+		return errno
+	}
+	for i := 0; i < len(n.rel); i++ {
+		if n.rel[i] != '/' {
+			continue
+		}
+		// Each component was checked not to be a symlink (or is now
+		// found one, and refused) before the next is walked through.
+		if err := unix.Fstatat(root, n.rel[:i], &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return syscall.ENOENT
+		}
+		if errno := modeAllows(c, &st, 1); errno != 0 {
+			return errno
+		}
 	}
 	return 0
 }

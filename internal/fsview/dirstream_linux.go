@@ -82,8 +82,13 @@ func (d *dir) fill() {
 				// (renamed away, maybe to a never name, where the host
 				// may add names): what fd reads now is not what the
 				// path shows. The listing ends here
-				// (TestHeldDirRenamedToNever).
-				d.eof, d.buf = true, nil
+				// (TestHeldDirRenamedToNever), with an error, as a
+				// getdents of a removed directory does: an end of
+				// listing would let the kernel keep what it got so
+				// far as the node's whole listing (FOPEN_CACHE_DIR),
+				// shown to every opendir once the directory is
+				// renamed back (TestReview8RenamedAwayAndBackListsWhole).
+				d.errno, d.buf = syscall.ENOENT, nil
 				return
 			}
 			d.todo = d.buf[:n]

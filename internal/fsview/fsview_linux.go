@@ -256,6 +256,10 @@ func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if src := r.v.srcs[i]; src.Name != "" {
 		// A file mount: its directory is the source's root.
 		r.v.w.ensure(loc{i, parentRel}, int(src.Root.Fd()))
+	} else {
+		// A directory mount reports changes to itself: watched before
+		// its attributes are read (see entry).
+		r.v.w.ensure(loc{i, ""}, int(src.Root.Fd()))
 	}
 	return n.entry(ctx, &r.Inode, n, out)
 }
@@ -387,20 +391,21 @@ func (n *node) watch(h *securefs.Handle) bool {
 
 // entry answers a lookup of n (already built, with its rel) under parent.
 func (n *node) entry(ctx context.Context, parent *fs.Inode, child *node, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	// How long the answer may be kept is decided before the path is
+	// resolved: only a watch that existed then reports every change
+	// after what the answer says (one added meanwhile, by another
+	// request, would not have reported a change in between).
+	t := child.timeout()
 	h, errno := child.resolve()
 	if errno != 0 {
 		return nil, errno
 	}
 	defer h.Close()
-	if child.rel == "" && child.v.srcs[child.m].Name == "" {
-		// A directory mount reports changes to itself.
-		child.watch(h)
-	}
+	at := child.dirAttrs(h, t)
 	fillAttr(&out.Attr, &h.Stat)
 	child.dev, child.ino = uint64(h.Stat.Dev), h.Stat.Ino
-	t := child.timeout()
 	out.SetEntryTimeout(t)
-	out.SetAttrTimeout(t)
+	out.SetAttrTimeout(at)
 	// A node is a path: the same inode at two paths is two nodes (Gen
 	// tells them apart), so no operation ever runs on one path's behalf
 	// through another path's node.
@@ -449,6 +454,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if errno := n.v.allowed(ctx); errno != 0 {
 		return errno
 	}
+	t := n.timeout() // before the attributes are read (see entry)
 	if of, ok := f.(*file); ok {
 		// fstat of an open file: the file that was opened, wherever
 		// its path now leads.
@@ -457,7 +463,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 			return fs.ToErrno(err)
 		}
 		fillAttr(&out.Attr, &st)
-		out.SetTimeout(n.timeout())
+		out.SetTimeout(t)
 		return 0
 	}
 	h, errno := n.resolve()
@@ -465,13 +471,42 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return errno
 	}
 	defer h.Close()
+	t = n.dirAttrs(h, t)
 	fillAttr(&out.Attr, &h.Stat)
-	out.SetTimeout(n.timeout())
+	out.SetTimeout(t)
 	return 0
+}
+
+// dirAttrs returns how long the kernel may keep the attributes of n,
+// just resolved as h, given t for its name. A directory's own attributes
+// (mtime, ctime, nlink) change with every name made or removed inside it,
+// which only its own watch reports (its parent's reports its name and its
+// own chmod): left to its parent's, a directory looked up but never
+// looked into kept its old mtime 10 minutes, Sync or not, and git's
+// untracked cache, which trusts a directory's mtime, missed new files
+// (review 8, TestReview8DirAttrsFreshAfterSync). So a directory is
+// watched itself before its attributes are kept long, and they are read
+// again once it is, so that no change between the two goes unreported.
+func (n *node) dirAttrs(h *securefs.Handle, t time.Duration) time.Duration {
+	if h.Kind != securefs.KindDir || t != n.v.long {
+		return t
+	}
+	if !n.watch(h) {
+		return n.v.short
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(h.File().Fd()), &st); err != nil {
+		return n.v.short
+	}
+	h.Stat = st
+	return t
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	if errno := n.v.allowed(ctx); errno != 0 {
+		return nil, errno
+	}
+	if errno := n.searchable(ctx); errno != 0 {
 		return nil, errno
 	}
 	h, errno := n.resolve()
@@ -513,6 +548,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 		return nil, 0, errno
 	}
 	n.v.stats.opendirs.Add(1)
+	if errno := n.searchable(ctx); errno != 0 {
+		return nil, 0, errno
+	}
 	h, errno := n.resolve()
 	if errno != 0 {
 		return nil, 0, errno
@@ -570,13 +608,19 @@ func openErrno(err error) syscall.Errno {
 }
 
 // Open opens the node's path now, for reading only (the view is read-only
-// and so is every bind of it).
+// and so is every bind of it). It never answers ENOSYS: the kernel would
+// take that as "no open support" and stop sending OPEN for the whole
+// connection, every later open skipping these checks
+// (TestReview8NoENOSYSFromOpen).
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if flags&(unix.O_WRONLY|unix.O_RDWR|unix.O_TRUNC|unix.O_APPEND|unix.O_CREAT) != 0 {
 		return nil, 0, syscall.EROFS
 	}
 	own, errno := n.v.caller(ctx)
 	if errno != 0 {
+		return nil, 0, errno
+	}
+	if errno := n.searchable(ctx); errno != 0 {
 		return nil, 0, errno
 	}
 	h, errno := n.resolve()

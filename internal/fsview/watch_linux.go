@@ -23,9 +23,12 @@ import (
 // watched with inotify first, and each host change under it is turned
 // into the matching invalidation (a name: FUSE_NOTIFY_INVAL_ENTRY, which
 // also drops everything cached beneath it; attributes and a listing:
-// FUSE_NOTIFY_INVAL_INODE). A directory that cannot be watched (the
-// inotify watch limit) is served as before: a 1 s timeout and no listing
-// cache, for it and everything beneath it.
+// FUSE_NOTIFY_INVAL_INODE). A directory's own attributes change with the
+// names made inside it, which only its own watch reports: they are kept
+// long only once it is watched itself (node.dirAttrs). A directory that
+// cannot be watched (the inotify watch limit, the budget, or a file
+// system others change unseen: changedElsewhere) is served as before: a
+// 1 s timeout and no listing cache, for it and everything beneath it.
 //
 // Why a cache cannot show what the view would now refuse:
 //   - Hiding is a pure function of a node's path (never globs); a node is a
@@ -119,8 +122,9 @@ type watcher struct {
 	byLoc map[loc]int32
 	byWd  map[int32]map[loc]struct{}
 
-	stop [2]int // a pipe: closing stop[1] ends the loop
-	done chan struct{}
+	stop    [2]int // a pipe: closing stop[1] ends the loop
+	done    chan struct{}
+	started bool // the loop runs (start); close waits for it only then
 }
 
 // newWatcher makes v's watcher. Without an inotify instance (the
@@ -142,24 +146,35 @@ func newWatcher(v *View) *watcher {
 
 func (w *watcher) start() {
 	if w.fd >= 0 {
+		w.started = true
 		go w.loop()
 	}
 }
 
-// close ends the loop and releases the inotify instance.
+// close ends the loop and releases the inotify instance. Called once:
+// when the server has stopped, or when the mount failed (the loop never
+// started: waiting for it hung Mount for good). The fd is marked closed
+// under both locks: its number may be handed to anything sluiced opens
+// next (a connection, a container's pipe), which a late Sync must not
+// read as events (TestReview8SyncAfterCloseReadsNothing).
 func (w *watcher) close() {
 	if w.fd < 0 {
 		return
 	}
 	unix.Close(w.stop[1])
-	<-w.done
+	if w.started {
+		<-w.done
+	}
 	unix.Close(w.stop[0])
+	w.mu.Lock()
 	w.wmu.Lock()
 	unix.Close(w.fd) // every watch goes with it
+	w.fd = -1
 	watchesHeld.Add(-int64(len(w.byWd)))
 	clear(w.byWd)
 	clear(w.byLoc)
 	w.wmu.Unlock()
+	w.mu.Unlock()
 }
 
 func (w *watcher) loop() {
@@ -189,11 +204,11 @@ func (w *watcher) Sync() { w.drain() }
 // more: a host that changes files without pause cannot keep it (or Sync
 // behind it) going for ever.
 func (w *watcher) drain() {
-	if w.fd < 0 {
-		return
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.fd < 0 {
+		return // none, or closed
+	}
 	queued, err := unix.IoctlGetInt(w.fd, unix.TIOCINQ) // FIONREAD
 	if err != nil {
 		queued = len(w.buf)
@@ -222,6 +237,9 @@ func (w *watcher) act(buf []byte) {
 	w.wmu.Lock()
 	for off := 0; off+unix.SizeofInotifyEvent <= len(buf); {
 		ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+		if off+unix.SizeofInotifyEvent+int(ev.Len) > len(buf) {
+			break // not an event the kernel wrote: never index past the read
+		}
 		name := ""
 		if ev.Len > 0 {
 			raw := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
@@ -330,9 +348,19 @@ func (w *watcher) tell(c change) {
 		}
 	case c.mask&entryEvents != 0:
 		// A name came or went: drop it (and all cached beneath it), the
-		// directory's listing and its attributes (mtime, nlink).
+		// directory's listing and its attributes (mtime, nlink). The
+		// node that was at the name keeps living where a process holds
+		// it (a cwd, an open directory): its attributes and listing go
+		// too, so that an opendir through it lists what its path names
+		// now, not what was cached of the directory that left
+		// (TestReview8CwdInReplacedDirListsPath). Taken before the name
+		// is dropped, which a new lookup may then fill with another node.
+		old := dir.GetChild(c.name)
 		dir.NotifyEntry(c.name)
 		dir.NotifyContent(0, 0)
+		if old != nil {
+			old.NotifyContent(0, 0)
+		}
 	default:
 		if child := dir.GetChild(c.name); child != nil {
 			child.NotifyContent(0, 0)
@@ -383,21 +411,26 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	if w.watched(l) {
 		return true
 	}
-	if l.rel != "" && l.rel != parentRel {
-		parent := ""
-		if i := strings.LastIndexByte(l.rel, '/'); i >= 0 {
-			parent = l.rel[:i]
-		}
-		if !w.watched(loc{l.m, parent}) {
-			return false
-		}
-	}
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if _, ok := w.byLoc[l]; ok {
 		return true
 	}
-	if w.fd < 0 || watchesHeld.Load() >= watchBudget.Load() {
+	if l.rel != "" && l.rel != parentRel {
+		// Checked under wmu: a parent forgotten (renamed) between an
+		// unlocked check and this point would leave l watched beneath
+		// an unwatched directory, where forgetting the parent's name
+		// later no longer reaches it (forgetLocked stops at an
+		// unwatched directory).
+		parent := ""
+		if i := strings.LastIndexByte(l.rel, '/'); i >= 0 {
+			parent = l.rel[:i]
+		}
+		if _, ok := w.byLoc[loc{l.m, parent}]; !ok {
+			return false
+		}
+	}
+	if w.fd < 0 || watchesHeld.Load() >= watchBudget.Load() || changedElsewhere(fd) {
 		return false
 	}
 	// The watch is on the inode the fd holds: no path is looked up again
@@ -430,6 +463,31 @@ func (w *watcher) ensure(l loc, fd int) bool {
 	}
 	set[l] = struct{}{}
 	return true
+}
+
+// changedElsewhere reports whether the directory fd is on a file system
+// that others change without this kernel seeing it: a network or cluster
+// file system, or a FUSE one (virtiofs, the usual share of a development
+// VM, or sshfs). inotify reports only changes made through this kernel,
+// so the operator's save on the VM's host or another client raised no
+// event and the kernel kept a stale listing and stale attributes for the
+// 10 minute timeout, Sync or not (review 8,
+// TestReview8RemoteChangesNotCachedLong). Such a directory is served as
+// an unwatched one. An fs type that cannot be read counts as one.
+func changedElsewhere(fd int) bool {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return true
+	}
+	switch uint32(st.Type) {
+	case unix.NFS_SUPER_MAGIC, unix.SMB_SUPER_MAGIC, unix.SMB2_SUPER_MAGIC, unix.CIFS_SUPER_MAGIC,
+		unix.FUSE_SUPER_MAGIC, unix.V9FS_MAGIC, unix.CEPH_SUPER_MAGIC, unix.AFS_SUPER_MAGIC,
+		unix.AFS_FS_MAGIC, unix.CODA_SUPER_MAGIC, unix.OCFS2_SUPER_MAGIC,
+		0x01161970, // GFS2
+		0x0bd00bd0: // Lustre
+		return true
+	}
+	return false
 }
 
 // names reports whether the directory l's path names now is fd's. A

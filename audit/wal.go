@@ -5,12 +5,14 @@ package audit
 //
 // Why. An append to the ledger grows the file, so its fdatasync must
 // also commit the new size (and, on ext4, the allocation) through the
-// file system's journal: a second device round trip and a journal thread
-// woken for every sync. A direct write over blocks that were written
-// before, inside the file's size, needs only the data written and the
-// device's cache flushed. On this project's machine (ext4, virtio disk)
-// that is 130-145 us per sync back to back instead of 195-215, and no
-// slower after an idle spell (docs/performance.md).
+// file system's journal (or, on ext4 without one, write the inode): a
+// second device round trip, and on a journaled file system a journal
+// thread woken, for every sync. A direct write over blocks that were
+// written before, inside the file's size, needs only the data written
+// and the device's cache flushed (without a journal, also the inode
+// block its mtime dirtied). On this project's machine (ext4 without a
+// journal, virtio disk) that is 130-145 us per sync back to back instead
+// of 195-215, and no slower after an idle spell (docs/performance.md).
 //
 // So each sync writes its batch of records (the exact ledger lines) as
 // one frame into a ring of pre-written blocks (audit.wal) with one
@@ -234,6 +236,26 @@ func walTail(ring []byte, seq uint64, hash string) []walRecord {
 	return out
 }
 
+// readWAL reads the ring file whole. A file that is not a regular file,
+// is larger than any ring of this size could be, or cannot be read gives
+// an error: the caller keeps it aside rather than overwrite it.
+func readWAL(w *os.File, size int64) ([]byte, error) {
+	fi, err := w.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("not a regular file: %s", fi.Mode())
+	case fi.Size() > walMaxRead(size):
+		return nil, fmt.Errorf("%d bytes, more than a ring of %d bytes can hold", fi.Size(), size)
+	}
+	data := make([]byte, fi.Size())
+	if _, err := io.ReadFull(io.NewSectionReader(w, 0, fi.Size()), data); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
 // RingTail reads the write-ahead ring beside the ledger at ledgerPath
 // and returns the records that continue the chain ending at (seq, hash):
 // what the next Open of that ledger appends from it, by the same rules.
@@ -247,12 +269,9 @@ func RingTail(ledgerPath string, seq uint64, hash string) ([]*Record, error) {
 		return nil, fmt.Errorf("read write-ahead ring: %w", err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, walMaxRead(0)+1))
+	b, err := readWAL(f, DefaultWALSize)
 	if err != nil {
-		return nil, fmt.Errorf("read write-ahead ring: %w", err)
-	}
-	if int64(len(b)) > walMaxRead(0) {
-		return nil, fmt.Errorf("read write-ahead ring %s: larger than any ring sluiced writes", path)
+		return nil, fmt.Errorf("read write-ahead ring %s: %w", path, err)
 	}
 	id, idErr := walIdentity{}, error(os.ErrNotExist)
 	if lf, err := os.Open(ledgerPath); err == nil {

@@ -139,26 +139,6 @@ func (l *Ledger) openWAL(size int64, rec *Recovery) error {
 	return nil
 }
 
-// readWAL reads the ring file whole. A file that is not a regular file,
-// is larger than any ring of this size could be, or cannot be read gives
-// an error: the caller keeps it aside rather than overwrite it.
-func readWAL(w *os.File, size int64) ([]byte, error) {
-	fi, err := w.Stat()
-	switch {
-	case err != nil:
-		return nil, err
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("not a regular file: %s", fi.Mode())
-	case fi.Size() > walMaxRead(size):
-		return nil, fmt.Errorf("%d bytes, more than a ring of %d bytes can hold", fi.Size(), size)
-	}
-	data := make([]byte, fi.Size())
-	if _, err := io.ReadFull(io.NewSectionReader(w, 0, fi.Size()), data); err != nil {
-		return nil, err
-	}
-	return data, nil
-}
-
 // rewriteTail writes the ledger's last n bytes again, unchanged, so that
 // the next fdatasync writes them whatever the page cache thinks of them
 // (openWAL says why).

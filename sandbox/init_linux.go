@@ -5,12 +5,12 @@ import (
 	"runtime"
 
 	"github.com/opencontainers/runc/libcontainer"
-
-	"github.com/sluicehq/sluice/internal/timerslack"
 	// nsenter's C constructor joins the container's namespaces before the
 	// Go runtime starts in a container's init process; it must be linked
 	// into the daemon binary.
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
+
+	"github.com/sluicehq/sluice/internal/timerslack"
 )
 
 // InitArg is the argument libcontainer re-executes the daemon binary with

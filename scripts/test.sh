@@ -13,6 +13,21 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
+echo "== no binary over 1 MiB is tracked"
+# A built binary once landed at the root by accident (docs/security.md,
+# "The third review"). Checked on what git tracks, so a local bin/ is fine.
+big=""
+while IFS= read -r -d '' f; do
+  [ -f "$f" ] || continue
+  [ "$(stat -c %s "$f")" -gt 1048576 ] || continue
+  # git's own test for binary: a NUL byte in the first 8000 bytes.
+  if [ "$(head -c 8000 "$f" | tr -d '\000' | wc -c)" -lt 8000 ]; then big="$big $f"; fi
+done < <(git ls-files -z 2>/dev/null)
+if [ -n "$big" ]; then
+  echo "test: tracked binaries over 1 MiB:$big (git rm --cached them; build outputs go to bin/)" >&2
+  exit 1
+fi
+
 echo "== gofmt, go vet"
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then echo "gofmt would change: $bad" >&2; exit 1; fi

@@ -80,10 +80,10 @@ var Reasons = []Reason{
 	ReasonAllowed, ReasonUnknownTool, ReasonPrincipalNotAllowed, ReasonInvalidArgs,
 	ReasonInvalidPath, ReasonOutsideRoots, ReasonNeverListed, ReasonNotFound,
 	ReasonNotAFile, ReasonNotADirectory, ReasonUnsupportedFileType,
-	ReasonCommandNotAllowed, ReasonApprovalRequired, ReasonApprovalDenied,
+	ReasonCommandNotAllowed, ReasonEgressDenied, ReasonApprovalRequired, ReasonApprovalDenied,
 	ReasonApprovalExpired, ReasonTaskCancelled, ReasonCancelled, ReasonPreconditionFailed,
 	ReasonAuditUnavailable, ReasonTimeout, ReasonLimitExceeded, ReasonBusy, ReasonShutdown,
-	ReasonNoSpace, ReasonNotDurable, ReasonKilled, ReasonInternalError,
+	ReasonNoSpace, ReasonNotDurable, ReasonKilled, ReasonUpstreamError, ReasonInternalError,
 }
 
 // Operation is what a tool does.

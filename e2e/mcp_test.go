@@ -4,13 +4,19 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/pelletier/go-toml/v2"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/escapetest"
@@ -67,5 +73,113 @@ func TestMCPStdio(t *testing.T) {
 	}
 	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 0 {
 		t.Fatalf("sluice mcp after stdin closed: %v (after %v)\n%s", cmd.ProcessState, time.Since(began), stderr)
+	}
+}
+
+// readmeRecipe is one way the README tells a user to start the bridge.
+type readmeRecipe struct {
+	where string
+	argv  []string // command, then args
+}
+
+// readmeRecipes reads the README's "Use it from your agent" section and
+// returns every MCP server entry it gives (JSON and TOML blocks) and every
+// `… mcp add sluice -- COMMAND` line.
+func readmeRecipes(t *testing.T) []readmeRecipe {
+	t.Helper()
+	raw, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	start := strings.Index(doc, "## Use it from your agent")
+	if start < 0 {
+		t.Fatal(`README.md has no "## Use it from your agent" section`)
+	}
+	sec := doc[start+3:]
+	if end := strings.Index(sec, "\n## "); end >= 0 {
+		sec = sec[:end]
+	}
+	var out []readmeRecipe
+	type entry struct {
+		Command string   `json:"command" toml:"command"`
+		Args    []string `json:"args" toml:"args"`
+	}
+	blocks := strings.Split(sec, "```")
+	for i := 1; i < len(blocks); i += 2 {
+		lang, body, _ := strings.Cut(blocks[i], "\n")
+		switch lang {
+		case "json":
+			var v struct {
+				MCPServers map[string]entry `json:"mcpServers"`
+				Servers    map[string]entry `json:"servers"`
+			}
+			// Blocks that are not server entries (permissions) decode to nothing.
+			_ = json.Unmarshal([]byte(body), &v)
+			for _, m := range []map[string]entry{v.MCPServers, v.Servers} {
+				if e, ok := m["sluice"]; ok {
+					out = append(out, readmeRecipe{"json block " + strconv.Itoa(i/2+1), append([]string{e.Command}, e.Args...)})
+				}
+			}
+		case "toml":
+			var v struct {
+				MCPServers map[string]entry `toml:"mcp_servers"`
+			}
+			if err := toml.Unmarshal([]byte(body), &v); err != nil {
+				t.Fatalf("README toml block %d: %v", i/2+1, err)
+			}
+			if e, ok := v.MCPServers["sluice"]; ok {
+				out = append(out, readmeRecipe{"toml block " + strconv.Itoa(i/2+1), append([]string{e.Command}, e.Args...)})
+			}
+		}
+	}
+	for _, line := range regexp.MustCompile("`(\\w+) mcp add sluice -- ([^`]+)`").FindAllStringSubmatch(sec, -1) {
+		out = append(out, readmeRecipe{line[1] + " mcp add", strings.Fields(line[2])})
+	}
+	return out
+}
+
+// TestREADMEAgentRecipes: every way the README tells a user to start the
+// bridge works verbatim for a client that passes the MCP server no
+// environment at all (Codex, the MCP Inspector): the socket is in the
+// args (docs/security.md "The third review": the recipes relied on
+// $SLUICE_SOCKET and failed verbatim). Each recipe runs with an empty
+// environment, its socket path pointed at this test's daemon, and must
+// answer initialize and tools/list.
+func TestREADMEAgentRecipes(t *testing.T) {
+	recipes := readmeRecipes(t)
+	if len(recipes) < 6 {
+		t.Fatalf("found %d recipes in README.md, want the six clients' at least: %+v", len(recipes), recipes)
+	}
+	fx := escapetest.Build(t)
+	d := startOwnDaemon(t, fx.Manifest)
+	for _, r := range recipes {
+		t.Run(r.where, func(t *testing.T) {
+			argv := slices.Clone(r.argv)
+			i := slices.Index(argv, "--socket")
+			if argv[0] != "sluice" || len(argv) < 2 || argv[1] != "mcp" || i < 0 || i+1 >= len(argv) {
+				t.Fatalf("README recipe %q: want `sluice mcp --socket PATH` (clients that pass no environment never see $SLUICE_SOCKET)", argv)
+			}
+			if argv[i+1] != api.DefaultSocket {
+				t.Errorf("README recipe %q names socket %s, want the service's %s", argv, argv[i+1], api.DefaultSocket)
+			}
+			argv[0], argv[i+1] = filepath.Join(binDir, "sluice"), d.socket
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = []string{} // as Codex and the Inspector start MCP servers
+			stderr := &syncBuffer{}
+			cmd.Stderr = stderr
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			c := sdk.NewClient(&sdk.Implementation{Name: "readme", Version: "0"}, nil)
+			cs, err := c.Connect(ctx, &sdk.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}, nil)
+			if err != nil {
+				t.Fatalf("%q with no environment: %v\n%s", r.argv, err, stderr)
+			}
+			defer cs.Close()
+			lt, err := cs.ListTools(ctx, nil)
+			if err != nil || len(lt.Tools) == 0 {
+				t.Fatalf("%q with no environment: tools/list: %+v %v\n%s", r.argv, lt, err, stderr)
+			}
+		})
 	}
 }

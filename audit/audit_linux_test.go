@@ -372,3 +372,28 @@ func TestGroupCommitFailure(t *testing.T) {
 	t.Logf("%d syncs, %d calls failed, synced up to %d", syncs.Load(), failed.Load(), synced)
 	l.Close()
 }
+
+// TestLineBytes: LineBytes counted before an append is never less than
+// what the append writes (the daemon's per-call audit budget rests on it).
+func TestLineBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := openT(t, path)
+	defer l.Close()
+	var want int64
+	for i := range 20 {
+		rec := decision(i)
+		rec.Detail = strings.Repeat("<&>", i*10)
+		n := LineBytes(rec)
+		if _, err := l.Append(rec); err != nil {
+			t.Fatal(err)
+		}
+		line, err := encode(rec)
+		if err != nil || len(line) > n {
+			t.Fatalf("record %d: %d bytes written, LineBytes said %d (%v)", i, len(line), n, err)
+		}
+		want += int64(len(line))
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() != want {
+		t.Fatalf("ledger %v bytes, records %d (%v)", st.Size(), want, err)
+	}
+}

@@ -131,6 +131,16 @@ func encode(rec *Record) ([]byte, error) {
 	return line, nil
 }
 
+// LineBytes is an upper bound on the bytes rec takes in the ledger once
+// appended: its encoding with seq, prev, time and hash at their longest.
+// Callers that keep a budget of audit bytes (the daemon's per-call one
+// for proxied connections) count records with it before appending them.
+func LineBytes(rec *Record) int {
+	r := *rec
+	r.Seq, r.Prev, r.Time = maxSeq, Genesis, "2006-01-02T15:04:05.999999999Z"
+	return len(appendRecord(nil, &r)) + len(hashKey) + len(Genesis) + len("\"}\n")
+}
+
 // checkLine verifies one line's own hash and returns the decoded record.
 func checkLine(line []byte) (*Record, error) {
 	line = bytes.TrimSuffix(line, []byte("\n"))

@@ -54,3 +54,54 @@ func TestExecEgressKey(t *testing.T) {
 		t.Errorf("unknown TOML key: %v", err)
 	}
 }
+
+// TestArgsRecordBounded: what a decision record keeps of a call's args is
+// bounded, still says which call it was, and holds no query value of a
+// fetch's or post's URL; replay rebuilds from it a URL decided as the one
+// sent (docs/security.md, "The third review").
+func TestArgsRecordBounded(t *testing.T) {
+	m := parse(t, `{"schema_version":1,"tools":{
+	  "run":{"operation":"execute","commands":[["true"]]},
+	  "get":{"operation":"fetch","hosts":["api.example"]},
+	  "hook":{"operation":"post","webhooks":["https://hooks.example/h/*?sig=abc"]}}}`)
+	long := strings.Repeat("A", 20000)
+	for _, c := range []struct {
+		tool, args string
+		has        []string // in the record
+		decidable  bool
+		url        string // the URL replay decides on, when decidable
+	}{
+		{"run", `{"argv":["python3","-c","` + long + `"]}`, []string{`"elided":true`, `"argv0":"python3"`, `"argc":3`}, false, ""},
+		{"run", `{"argv":["` + long + `"]}`, []string{`"elided":true`, `"argv0":"AAAA`, `…[cut: 20000 bytes, sha256:`}, false, ""},
+		{"run", `{"argv":["true"]}`, []string{`{"argv":["true"]}`}, true, ""},
+		{"get", `{"url":"https://api.example/v1?api_key=SECRET123&q=go"}`, []string{`api_key=\u003csha256:`, `\u0026q=\u003csha256:`}, true, "https://api.example/v1"},
+		{"get", `{"url":"https://api.example/v1?api_key=SECRET123 x"}`, []string{`"url_invalid":true`}, true, ""},
+		{"get", `{"url":"https://api.example/v1#SECRET123"}`, []string{`v1#\u003csha256:`}, true, "https://api.example/v1"},
+		{"hook", `{"url":"https://hooks.example/h/x?sig=abc","body":{}}`, []string{`sig=\u003csha256:`, `"query_sha256":"sha256:`}, true, "https://hooks.example/h/x?sig=abc"},
+		{"hook", `{"url":"https://hooks.example/h/x?sig=SECRET123","body":{}}`, []string{`"query_sha256":"sha256:`}, true, ""},
+		{"hook", `{"url":"https://hooks.example/h/x?","body":{}}`, []string{`x?"`}, true, "https://hooks.example/h/x?"},
+	} {
+		tl := m.Tools[c.tool]
+		o := LookupOp(tl.Operation)
+		a, err := o.DecodeArgs(tl, []byte(c.args))
+		if err != nil {
+			t.Fatalf("%.80s: %v", c.args, err)
+		}
+		rec := string(a.Record)
+		if len(rec) > MaxArgsRecord+400 || strings.Contains(rec, "SECRET123") {
+			t.Errorf("%.80s: record of %d bytes: %.300s", c.args, len(rec), rec)
+		}
+		for _, h := range c.has {
+			if !strings.Contains(rec, h) {
+				t.Errorf("%.80s: record %.300s lacks %s", c.args, rec, h)
+			}
+		}
+		b, ok := o.ArgsFromRecord(tl, a.Record)
+		if ok != c.decidable {
+			t.Errorf("%.80s: re-decidable %v, want %v", c.args, ok, c.decidable)
+		}
+		if ok && b.URL != nil && *b.URL != c.url {
+			t.Errorf("%.80s: replay decides on %q, want %q", c.args, *b.URL, c.url)
+		}
+	}
+}

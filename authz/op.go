@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/strictjson"
 )
 
@@ -173,6 +174,28 @@ func RecordArgs(args []byte) json.RawMessage {
 		return buf.Bytes()
 	}
 	return mustJSON(map[string]any{"elided": true, "sha256": sha256Of(args), "bytes": len(args)})
+}
+
+// maxArgHint bounds each value an elided args record keeps beside its
+// digest to say which call it was (an execute's argv[0]).
+const maxArgHint = 128
+
+// withHint adds hint's values, each bounded, to rec when RecordArgs kept
+// only a digest, so that the record still says what was asked ("argv0",
+// "argc"); rec as it is otherwise. Replay still counts such args as not
+// re-decidable.
+func withHint(rec json.RawMessage, hint map[string]any) json.RawMessage {
+	var el map[string]any
+	if json.Unmarshal(rec, &el) != nil || el["elided"] != true {
+		return rec
+	}
+	for k, v := range hint {
+		if s, ok := v.(string); ok {
+			v = redact.String(s, maxArgHint)
+		}
+		el[k] = v
+	}
+	return mustJSON(el)
 }
 
 func mustJSON(v any) []byte {

@@ -27,6 +27,11 @@ var opExecute = Op{
 		}
 		a.Argv = ea.Argv
 		a.Record = RecordArgs(mustJSON(ea))
+		if len(ea.Argv) > 0 {
+			// Over MaxArgsRecord the argv is kept by digest: keep which
+			// program, and how many arguments, beside it.
+			a.Record = withHint(a.Record, map[string]any{"argv0": ea.Argv[0], "argc": len(ea.Argv)})
+		}
 		return nil
 	},
 	fromRecord: func(t *Tool, rec []byte, a *Args) bool {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/egress/netpolicy"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // opFetch is a GET or HEAD that sluiced performs itself: args {"url",
@@ -40,7 +41,7 @@ var opFetch = Op{
 		}
 		rec := map[string]any{"method": a.Method}
 		if fa.URL != nil {
-			rec["url"] = *fa.URL
+			recordNetURL(rec, *fa.URL, false)
 		}
 		if len(fa.Headers) > 0 {
 			rec["headers"] = recordHeaders(fa.Headers)
@@ -49,11 +50,14 @@ var opFetch = Op{
 		return nil
 	},
 	fromRecord: func(t *Tool, rec []byte, a *Args) bool {
-		var fa api.FetchArgs
+		var fa struct {
+			api.FetchArgs
+			recordedURL
+		}
 		if json.Unmarshal(rec, &fa) != nil {
 			return false
 		}
-		a.URL, a.Method, a.Headers = fa.URL, fa.Method, fa.Headers
+		a.URL, a.Method, a.Headers = fa.replayURL(fa.URL, nil, false), fa.Method, fa.Headers
 		return true
 	},
 	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
@@ -80,6 +84,83 @@ var opFetch = Op{
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Fetch a URL (GET or HEAD, up to %d bytes) from %s.", t.EffectiveMaxBytes(), strings.Join(t.Hosts, ", "))
 	},
+}
+
+// RecordURL is what the ledger keeps of a fetch's or post's URL, and of
+// the resource, target and redirect hops that name one: scheme, authority
+// and path as written (cut past MaxURLBytes, which no URL that parses
+// reaches), each query parameter's name with a short digest of its value,
+// a fragment by digest (redact.URL). API keys travel in query strings;
+// the caller, who sent the URL, is answered with the URL itself.
+func RecordURL(unsafeURL string) string { return redact.URL(unsafeURL, netpolicy.MaxURLBytes) }
+
+// recordNetURL puts into rec what the ledger keeps of a fetch's or post's
+// URL, and what replay needs to decide it again (recordedURL): that it did
+// not parse, which every manifest refuses, and, for a post, whose webhooks
+// match the query exactly, the sha256 of the whole query.
+func recordNetURL(rec map[string]any, unsafeURL string, query bool) {
+	rec["url"] = RecordURL(unsafeURL)
+	if _, err := netpolicy.ParseURL(unsafeURL); err != nil {
+		rec["url_invalid"] = true
+	}
+	base, _, _ := strings.Cut(unsafeURL, "#")
+	if _, q, _ := strings.Cut(base, "?"); query && q != "" {
+		rec["query_sha256"] = redact.Digest(q)
+	}
+}
+
+// recordedURL is what recordNetURL kept.
+type recordedURL struct {
+	URLInvalid  bool   `json:"url_invalid"`
+	QuerySHA256 string `json:"query_sha256"`
+}
+
+// replayURL rebuilds from the recorded args a URL that every manifest
+// decides as it would have decided the one sent, though the ledger kept
+// no query value:
+//   - a URL that did not parse: "", refused by every manifest as it was;
+//   - a fetch (hooks nil): the URL before its query and fragment. A
+//     fetch's decision is its scheme, host and port once the URL parses;
+//   - a post: that, and "?" and the query of the hook in hooks whose
+//     sha256 is the recorded query's, since webhooks match the query
+//     exactly; "" when no hook's matches (no webhook can match then).
+//
+// Records written before queries were kept by digest hold the URL as
+// sent: one that does not parse is refused, a query is digested here.
+func (r *recordedURL) replayURL(recorded *string, hooks []string, post bool) *string {
+	if recorded == nil {
+		return nil
+	}
+	refused := ""
+	u := *recorded
+	if r.URLInvalid {
+		return &refused
+	}
+	if _, err := netpolicy.ParseURL(u); err != nil && len(u) <= netpolicy.MaxURLBytes {
+		// Digests make a recorded URL longer, never unparseable: this
+		// one was recorded as sent, and refused.
+		return &refused
+	}
+	base, _, _ := strings.Cut(u, "#")
+	prefix, query, hasQuery := strings.Cut(base, "?")
+	switch {
+	case !post || !hasQuery:
+		return &prefix
+	case query == "":
+		s := prefix + "?"
+		return &s
+	}
+	digest := r.QuerySHA256
+	if digest == "" {
+		digest = redact.Digest(query)
+	}
+	for _, h := range hooks {
+		if _, q, ok := strings.Cut(h, "?"); ok && q != "" && redact.Digest(q) == digest {
+			s := prefix + "?" + q
+			return &s
+		}
+	}
+	return &refused
 }
 
 // validateNet builds a fetch or post tool's network policy: every entry

@@ -37,7 +37,7 @@ var opPost = Op{
 		}
 		rec := map[string]any{"body_sha256": sha256Of(a.Body), "body_len": len(a.Body)}
 		if pa.URL != nil {
-			rec["url"] = *pa.URL
+			recordNetURL(rec, *pa.URL, true)
 		}
 		a.Record = RecordArgs(mustJSON(rec))
 		return nil
@@ -46,11 +46,16 @@ var opPost = Op{
 		var ra struct {
 			URL     *string `json:"url"`
 			BodyLen *int64  `json:"body_len"`
+			recordedURL
 		}
 		if json.Unmarshal(rec, &ra) != nil {
 			return false
 		}
-		a.URL = ra.URL
+		var hooks []string
+		if t != nil {
+			hooks = t.Webhooks
+		}
+		a.URL = ra.replayURL(ra.URL, hooks, true)
 		if ra.BodyLen != nil {
 			a.BodyBytes = *ra.BodyLen
 		}

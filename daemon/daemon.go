@@ -95,6 +95,12 @@ type Config struct {
 	// no_space before it starts, so that an agent cannot fill the file
 	// system the ledger shares and deny every principal.
 	MinFree fileop.Reserve
+	// EgressAuditBytes bounds the ledger bytes one execute call's
+	// proxied connections may take as records of their own (default
+	// DefaultEgressAuditBytes): beyond it a connection is counted, not
+	// recorded, and one dropped record at the call's end says what was
+	// not recorded (docs/audit.md).
+	EgressAuditBytes int64
 }
 
 // Lifecycle defaults.
@@ -171,6 +177,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.WarmTimeout <= 0 {
 		c.WarmTimeout = DefaultWarmTimeout
+	}
+	if c.EgressAuditBytes <= 0 {
+		c.EgressAuditBytes = DefaultEgressAuditBytes
 	}
 }
 

@@ -6,8 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/egress"
 	"github.com/sluicehq/sluice/egress/netpolicy"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/sandbox"
 )
 
@@ -81,12 +86,111 @@ func (e *execTool) prepareEgress(key string, t *authz.Tool) error {
 	return nil
 }
 
+// DefaultEgressAuditBytes is how many ledger bytes one call's proxied
+// connections may take as records of their own (Config.EgressAuditBytes):
+// some 1,500 connections at their typical size, 600 at their largest.
+// Each record is bounded (boundConn) and at most egressConnRate a second
+// are served, but a command may run for an hour: before this bound one
+// 20 s call wrote 49 MB of connection records.
+const DefaultEgressAuditBytes = 1 << 20
+
+// Bounds of what a connection record keeps of text the command chose.
+const (
+	maxConnDetail = 256 // the proxy's why: an error, a status
+	maxConnMethod = 16
+	maxConnTarget = 1024 // a target already passed through redact.URL
+	maxConnHosts  = 8    // hosts named in the summary of what was not recorded
+)
+
+// connAudit keeps a call's connection records within its budget: records
+// of refused connections (malformed, denied, busy) take at most half of
+// it, so a flood of junk cannot crowd out the records of connections that
+// reached the network. Past the budget a connection is only counted, and
+// summary says what was not recorded. Safe for concurrent use (the proxy
+// reports each connection from its own goroutine).
+type connAudit struct {
+	mu     sync.Mutex
+	budget int64
+	used   int64 // bytes of records written
+	denied int64 // of which for refused connections
+
+	// What was not recorded.
+	skipAllowed, skipDenied int
+	bytesIn, bytesOut       int64
+	hosts                   map[string]int
+}
+
+// admit reports whether a record of size bytes for r may be written, and
+// counts r when not.
+func (a *connAudit) admit(r *egress.ConnRecord, size int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	refused := r.Verdict != string(api.VerdictAllow)
+	if a.used+size <= a.budget && (!refused || a.denied+size <= a.budget/2) {
+		a.used += size
+		if refused {
+			a.denied += size
+		}
+		return true
+	}
+	if refused {
+		a.skipDenied++
+	} else {
+		a.skipAllowed++
+		if a.hosts == nil {
+			a.hosts = map[string]int{}
+		}
+		if _, ok := a.hosts[r.Host]; ok || len(a.hosts) < maxConnHosts {
+			a.hosts[r.Host]++
+		} else {
+			a.hosts[""]++ // other hosts
+		}
+	}
+	a.bytesIn += r.BytesIn
+	a.bytesOut += r.BytesOut
+	return false
+}
+
+// summary is the dropped record's detail, or "" when every connection was
+// recorded. Call it once the proxy stopped.
+func (a *connAudit) summary() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.skipAllowed + a.skipDenied
+	if n == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d connections not recorded: their records would pass this call's audit budget of %d bytes (refused connections %d); %d allowed, %d refused; %d bytes out, %d bytes in",
+		n, a.budget, a.budget/2, a.skipAllowed, a.skipDenied, a.bytesOut, a.bytesIn)
+	if len(a.hosts) > 0 {
+		b.WriteString("; allowed to ")
+		hosts := slices.Sorted(maps.Keys(a.hosts))
+		first := true
+		for _, h := range hosts {
+			if h == "" {
+				continue
+			}
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			fmt.Fprintf(&b, "%s ×%d", h, a.hosts[h])
+		}
+		if k := a.hosts[""]; k > 0 {
+			fmt.Fprintf(&b, ", other hosts ×%d", k)
+		}
+	}
+	return b.String()
+}
+
 // serveEgress serves the box's proxy listener for the duration of the
 // call: connections are accepted only from when the command is handed
 // over until it has ended, and each is recorded under this call when it
-// ends. stop ends the proxy (closing the listener and any connection
-// still open) and waits for every record; it reports false when one
-// could not be appended to the ledger.
+// ends, within the call's audit budget (connAudit). stop ends the proxy
+// (closing the listener and any connection still open) and waits for
+// every record; it reports false when one could not be appended to the
+// ledger.
 func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 	l := box.EgressListener()
 	if l == nil {
@@ -99,8 +203,13 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 	var failed atomic.Bool
 	var refused int64 // read after Serve returned
 	bucket := newConnBucket(time.Now())
+	budget := &connAudit{budget: c.d.cfg.EgressAuditBytes}
 	px := &egress.Proxy{Policy: et.egress, MaxConns: egressMaxConns, OnConn: func(r egress.ConnRecord) {
-		if err := c.auditConn(r); err != nil {
+		rec := c.connRecord(r)
+		if !budget.admit(&r, int64(audit.LineBytes(rec))) {
+			return
+		}
+		if err := c.appendConn(rec); err != nil {
 			failed.Store(true)
 		}
 	}, Admit: func() bool {
@@ -123,8 +232,17 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 		<-done
 		if refused > 0 {
 			// One record counts the connections refused over the rate.
-			if err := c.auditConn(egress.ConnRecord{Verdict: string(api.VerdictDeny), Reason: string(api.ReasonBusy),
-				Detail: fmt.Sprintf("%d connections refused: over %d/s (burst %d) for one call", refused, egressConnRate, egressConnBurst)}); err != nil {
+			if err := c.appendConn(c.connRecord(egress.ConnRecord{Verdict: string(api.VerdictDeny), Reason: string(api.ReasonBusy),
+				Detail: fmt.Sprintf("%d connections refused: over %d/s (burst %d) for one call", refused, egressConnRate, egressConnBurst)})); err != nil {
+				failed.Store(true)
+			}
+		}
+		if sum := budget.summary(); sum != "" {
+			// One record says what the budget left unrecorded.
+			rec := &audit.Record{Kind: audit.KindDropped, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
+				Tool: c.req.Tool, Operation: api.OpExecute, Reason: api.ReasonLimitExceeded, PolicyVersion: c.p.m.Version,
+				Detail: sum, Egress: &audit.Egress{BytesIn: budget.bytesIn, BytesOut: budget.bytesOut}}
+			if err := c.appendConn(rec); err != nil {
 				failed.Store(true)
 			}
 		}
@@ -132,15 +250,16 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 	}
 }
 
-// auditConn appends the record of one proxied connection (not synced:
-// the call's result record, which follows, is synced before the result
-// leaves the daemon, and the ledger keeps order).
-func (c *call) auditConn(r egress.ConnRecord) error {
+// connRecord is the ledger record of one proxied connection. Every field
+// the command chose is bounded (the proxy already keeps a plain request's
+// query by digest): a record is at most a few KiB whatever was sent.
+func (c *call) connRecord(r egress.ConnRecord) *audit.Record {
 	rec := &audit.Record{
 		Kind: audit.KindConnection, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
 		Tool: c.req.Tool, Operation: api.OpExecute, Verdict: api.Verdict(r.Verdict), Reason: api.Reason(r.Reason),
-		PolicyVersion: c.p.m.Version, Detail: r.Detail,
-		Egress: &audit.Egress{Method: r.Method, Target: r.Target, BytesIn: r.BytesIn, BytesOut: r.BytesOut},
+		PolicyVersion: c.p.m.Version, Detail: redact.String(r.Detail, maxConnDetail),
+		Egress: &audit.Egress{Method: redact.String(r.Method, maxConnMethod), Target: redact.String(r.Target, maxConnTarget),
+			BytesIn: r.BytesIn, BytesOut: r.BytesOut},
 		Result: &audit.Result{OK: r.Reason == egress.ReasonAllowed, DurationMS: float64(r.Duration.Microseconds()) / 1000},
 	}
 	if r.Rule.Key != "" {
@@ -149,6 +268,13 @@ func (c *call) auditConn(r egress.ConnRecord) error {
 	if r.Addr.IsValid() {
 		rec.Egress.Addr = r.Addr.String()
 	}
+	return rec
+}
+
+// appendConn appends a connection's record, or a summary of them (not
+// synced: the call's result record, which follows, is synced before the
+// result leaves the daemon, and the ledger keeps order).
+func (c *call) appendConn(rec *audit.Record) error {
 	_, err := c.d.ledger.Append(rec)
 	if err != nil {
 		c.d.log.Error("audit connection failed; the call's output is withheld", "err", err, "call_id", c.id)

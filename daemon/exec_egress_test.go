@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -287,5 +288,109 @@ func TestExecEgressManifestErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.key) {
 			t.Errorf("%s: %v, want an error naming %s", c.egress, err, c.key)
 		}
+	}
+}
+
+// pyJunkLines opens argv[1] connections to the proxy, one after another,
+// each sending one malformed request line of 32,000 bytes with a key in
+// it, then makes three allowed requests to argv[2] (host:port), and
+// prints what it did.
+const pyJunkLines = `
+import socket, sys
+n, allowed = int(sys.argv[1]), sys.argv[2]
+line = b'GET http://x.example/?key=SECRET123' + b'x' * 32000 + b'\r\n\r\n'
+sent = 0
+for i in range(n):
+    c = socket.create_connection(('127.0.0.1', 3128))
+    try:
+        c.sendall(line)
+        sent += 1
+        while c.recv(4096):
+            pass
+    except OSError:
+        pass
+    c.close()
+ok = 0
+for i in range(3):
+    c = socket.create_connection(('127.0.0.1', 3128))
+    c.sendall(('GET http://%s/after?api_key=SECRET123 HTTP/1.0\r\n\r\n' % allowed).encode())
+    reply = b''
+    while True:
+        b = c.recv(4096)
+        if not b:
+            break
+        reply += b
+    c.close()
+    if b'hello from upstream /after' in reply:
+        ok += 1
+print('LINES', sent, 'ALLOWED', ok)
+`
+
+// TestExecEgressAuditBounded: a command cannot fill the ledger through its
+// proxy (docs/security.md, "The third review"). Each malformed request
+// line, up to the 32 KiB header cap, was copied into its connection
+// record's detail: one 20 s call wrote 49 MB. Now every record is bounded,
+// a call's connection records stop at its audit budget (refused ones at
+// half of it, so the junk does not crowd out the allowed connections that
+// follow), and one dropped record counts what was not recorded. No query
+// value reaches the ledger.
+func TestExecEgressAuditBounded(t *testing.T) {
+	testutil.RequireRoot(t)
+	const n, budget = 300, 64 << 10
+	up := startUpstream(t)
+	allowed := "localhost:" + up.port
+	eg := `"egress":{"hosts":["` + allowed + `"],"schemes":["http"],"insecure_allow_private":true}`
+	m := `{"schema_version":1,"tools":{"junk":{"operation":"execute","pool":0,"timeout_ms":120000,` +
+		`"commands":[["python3","-c",` + mustString(pyJunkLines) + `,"` + strconv.Itoa(n) + `","` + allowed + `"]],` + eg + `}}}`
+	h := start(t, writeManifest(t, t.TempDir(), m), securefs.ModeAuto, func(c *Config) { c.EgressAuditBytes = budget })
+	res, body := h.call("junk", map[string]any{})
+	if res.Verdict != api.VerdictAllow || res.Output == nil || !strings.Contains(*res.Output, "LINES "+strconv.Itoa(n)+" ALLOWED 3") {
+		t.Fatalf("junk: %s", body)
+	}
+	ledger := h.ledger()
+	if bytes.Contains(ledger, []byte("SECRET123")) {
+		t.Errorf("the ledger holds a query value the command sent")
+	}
+	var callBytes, conns, allowedConns, notRecorded, maxRec int
+	for _, line := range bytes.SplitAfter(ledger, []byte("\n")) {
+		var rec audit.Record
+		if len(line) == 0 {
+			continue
+		}
+		testutil.Must(t, json.Unmarshal(line, &rec))
+		if rec.CallID != res.CallID {
+			continue
+		}
+		callBytes += len(line)
+		switch rec.Kind {
+		case audit.KindConnection:
+			conns++
+			maxRec = max(maxRec, len(line))
+			if rec.Verdict == api.VerdictAllow {
+				allowedConns++
+			}
+		case audit.KindDropped:
+			k, err := strconv.Atoi(strings.Fields(rec.Detail)[0])
+			if err != nil || rec.Reason != api.ReasonLimitExceeded {
+				t.Fatalf("dropped record: %s", line)
+			}
+			notRecorded += k
+			t.Logf("summary: %s", line)
+		}
+	}
+	t.Logf("call %s: %d ledger bytes, %d connection records (largest %d bytes), %d not recorded", res.CallID, callBytes, conns, maxRec, notRecorded)
+	// The documented bound: the budget, plus the call's own decision and
+	// result records and the summary, each a few KiB at most.
+	if limit := budget + 16<<10; callBytes > limit {
+		t.Fatalf("one call wrote %d ledger bytes, want at most %d (budget %d)", callBytes, limit, budget)
+	}
+	if maxRec > 2<<10 {
+		t.Errorf("a connection record of %d bytes, want at most 2 KiB", maxRec)
+	}
+	if conns+notRecorded != n+3 {
+		t.Errorf("%d records and %d counted as not recorded, want %d connections in all", conns, notRecorded, n+3)
+	}
+	if allowedConns != 3 {
+		t.Errorf("%d allowed connections recorded, want 3: refused ones take at most half the budget", allowedConns)
 	}
 }

@@ -20,8 +20,10 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
+	"github.com/sluicehq/sluice/replay"
 )
 
 // netServer is a local HTTP server standing in for the internet (loopback
@@ -55,6 +57,9 @@ func newUpstream(t *testing.T, redirectTo string) *netServer {
 		case <-u.release:
 		case <-r.Context().Done():
 		}
+	})
+	mux.HandleFunc("/bounce", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/hello?token=SECRET123-hop", http.StatusFound)
 	})
 	mux.HandleFunc("/away", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, redirectTo, http.StatusFound)
@@ -285,6 +290,86 @@ func TestPostApprovedAndAdversarialChain(t *testing.T) {
 	}
 	if led := h.ledger(); bytes.Contains(led, []byte("build 42 passed")) || bytes.Contains(led, []byte("SLUICE-NET-SECRET")) {
 		t.Error("a post body is in the ledger")
+	}
+}
+
+// TestFetchQueryNotRecorded: a fetch's or post's URL is recorded with its
+// query values by digest, in its args, resource, resolution, target and
+// redirect hops (docs/security.md, "The third review": API keys travel in
+// query strings, and the URL was recorded verbatim). The caller is still
+// answered with the URL it sent, and replay still re-decides every call
+// as the daemon did: a fetch from its scheme, host and port, a post from
+// its path and query, matched by digest against NEW's webhooks.
+func TestFetchQueryNotRecorded(t *testing.T) {
+	testutil.RequireRoot(t)
+	up := newUpstream(t, "")
+	base := t.TempDir()
+	manifest := func(host, hook string) string {
+		return fmt.Sprintf(`{"schema_version":1,"tools":{
+		  "http_fetch":{"operation":"fetch","hosts":[%q],"schemes":["http"],"insecure_allow_private":true},
+		  "hook_q":{"operation":"post","webhooks":[%q],"schemes":["http"],"insecure_allow_private":true}}}`, host, hook)
+	}
+	host := fmt.Sprintf("localhost:%d", up.port)
+	u := "http://" + host
+	m := manifest(host, u+"/hooks/q?sig=SECRET123")
+	h := start(t, writeManifest(t, base, m), securefs.ModeAuto)
+	for _, c := range []struct {
+		tool, url string
+		verdict   api.Verdict
+		reason    api.Reason
+	}{
+		{"http_fetch", u + "/hello?api_key=SECRET123&q=rust", api.VerdictAllow, api.ReasonAllowed},
+		{"http_fetch", u + "/bounce?api_key=SECRET123", api.VerdictAllow, api.ReasonAllowed},
+		{"http_fetch", u + "/hello#access_token=SECRET123", api.VerdictAllow, api.ReasonAllowed},
+		{"http_fetch", "http://evil.example/?key=SECRET123", api.VerdictDeny, api.ReasonEgressDenied},
+		{"http_fetch", u + "/hello?key=SECRET123 x", api.VerdictDeny, api.ReasonEgressDenied},
+		{"hook_q", u + "/hooks/q?sig=SECRET123", api.VerdictAllow, api.ReasonAllowed},
+		{"hook_q", u + "/hooks/q?sig=WRONG-SECRET123", api.VerdictDeny, api.ReasonEgressDenied},
+	} {
+		args := map[string]any{"url": c.url}
+		if c.tool == "hook_q" {
+			args["body"] = map[string]any{}
+		}
+		res, body := h.call(c.tool, args)
+		if res.Verdict != c.verdict || res.Reason != c.reason {
+			t.Fatalf("%s %s: %s, want %s %s", c.tool, c.url, body, c.verdict, c.reason)
+		}
+		if c.verdict == api.VerdictAllow && !strings.Contains(res.Resource, "SECRET123") && !strings.Contains(c.url, "#") {
+			t.Errorf("%s: the caller's resource is %q, want the URL it sent", c.url, res.Resource)
+		}
+		if c.url == u+"/bounce?api_key=SECRET123" {
+			if rec := h.lastResult(res.CallID); rec.Egress == nil || len(rec.Egress.Hops) != 2 || !strings.HasPrefix(rec.Egress.Hops[1].URL, u+"/hello?token=<sha256:") {
+				t.Errorf("redirect hops: %+v", rec.Egress)
+			}
+		}
+	}
+	led := h.ledger()
+	if i := bytes.Index(led, []byte("SECRET123")); i >= 0 {
+		t.Errorf("the ledger holds a query value: …%s…", led[max(i-200, 0):min(i+40, len(led))])
+	}
+	if !bytes.Contains(led, []byte(`api_key=\u003csha256:`)) {
+		t.Errorf("the ledger does not name the query's parameters")
+	}
+
+	replayed := func(m string) *replay.Report {
+		t.Helper()
+		man, err := authz.Parse(strings.NewReader(m), base)
+		testutil.Must(t, err)
+		rep, err := replay.Run(man, bytes.NewReader(led))
+		testutil.Must(t, err)
+		return rep
+	}
+	if rep := replayed(m); rep.Decisions != 7 || rep.Changed != 0 || rep.Undecidable != 0 {
+		t.Errorf("replay under the same manifest: %s %+v", rep.Summary(), rep.Changes)
+	}
+	// Another port for fetch, another query for the webhook: every allowed
+	// call would be denied, and no denied one allowed.
+	if rep := replayed(manifest("localhost:1", u+"/hooks/q?sig=other")); rep.AllowToDeny != 4 || rep.DenyToAllow != 0 || rep.Changed != 4 {
+		t.Errorf("replay under a stricter manifest: %s %+v", rep.Summary(), rep.Changes)
+	}
+	// The webhook's query is now the one that was refused: the two posts swap.
+	if rep := replayed(manifest(host, u+"/hooks/q?sig=WRONG-SECRET123")); rep.AllowToDeny != 1 || rep.DenyToAllow != 1 || rep.Changed != 2 {
+		t.Errorf("replay under a webhook with the other query: %s %+v", rep.Summary(), rep.Changes)
 	}
 }
 

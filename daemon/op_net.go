@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strconv"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/egress"
 	"github.com/sluicehq/sluice/egress/netpolicy"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // The daemon's half of fetch and post (docs/egress.md): resolve the URL's
@@ -78,10 +80,10 @@ func execFetch(c *call, _ func(string, []byte)) *outcome {
 	}
 	addr := c.pinned(t.Port)
 	if !addr.IsValid() {
-		return &outcome{reason: api.ReasonUpstreamError, egress: &audit.Egress{Method: c.method, Target: t.String()}}
+		return &outcome{reason: api.ReasonUpstreamError, egress: &audit.Egress{Method: c.method, Target: authz.RecordURL(t.String())}}
 	}
 	res, err := netClient.Fetch(c.ctx, p, egress.FetchRequest{URL: *c.areq.URL, Method: c.method, Headers: c.areq.Headers, Addr: addr})
-	return c.netOutcome(res, err, &audit.Egress{Method: c.method, Target: t.String()})
+	return c.netOutcome(res, err, &audit.Egress{Method: c.method, Target: authz.RecordURL(t.String())})
 }
 
 func execPost(c *call, _ func(string, []byte)) *outcome {
@@ -91,7 +93,7 @@ func execPost(c *call, _ func(string, []byte)) *outcome {
 		return &outcome{reason: api.ReasonEgressDenied}
 	}
 	digest, n := egress.BodyDigest(c.postBody)
-	rec := &audit.Egress{Method: "POST", Target: t.String(), BodySHA256: digest, BodyLen: int64(n)}
+	rec := &audit.Egress{Method: "POST", Target: authz.RecordURL(t.String()), BodySHA256: digest, BodyLen: int64(n)}
 	addr := c.pinned(t.Port)
 	if !addr.IsValid() {
 		return &outcome{reason: api.ReasonUpstreamError, egress: rec}
@@ -99,6 +101,10 @@ func execPost(c *call, _ func(string, []byte)) *outcome {
 	res, err := netClient.Post(c.ctx, p, egress.PostRequest{URL: *c.areq.URL, Body: c.postBody, Addr: addr})
 	return c.netOutcome(res, err, rec)
 }
+
+// maxHopURL bounds the scheme, authority and path a redirect hop's record
+// keeps: up to max_redirects (20) hops are recorded per call.
+const maxHopURL = 1024
 
 // netOutcome turns what egress returned into the call's outcome and its
 // record: where the request went (each hop), the address dialed, status
@@ -113,12 +119,16 @@ func (c *call) netOutcome(res *egress.Result, err error, rec *audit.Egress) *out
 		rec.Status, rec.ContentType, rec.BytesIn = res.Status, res.ContentType, res.Bytes
 		rec.BytesOut = rec.BodyLen
 		for _, h := range res.Hops {
-			hop := audit.EgressHop{URL: h.URL, Status: h.Status}
+			// A refused redirect's URL is whatever the server's Location
+			// said: bounded, and its query kept by digest, like the rest.
+			hop := audit.EgressHop{URL: redact.URL(h.URL, maxHopURL), Status: h.Status}
 			if h.Addr.IsValid() {
 				hop.Addr = h.Addr.String()
 			}
 			if h.Rule.Key != "" {
-				hop.Rule = h.Rule.String()
+				// The entry's key, as the decision names it, not its text:
+				// a webhook's query in the manifest may hold a token.
+				hop.Rule = "tools." + c.req.Tool + "." + h.Rule.Key + "[" + strconv.Itoa(h.Rule.Index) + "]"
 			}
 			rec.Hops = append(rec.Hops, hop)
 		}

@@ -4,9 +4,11 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -284,12 +286,7 @@ func (c *call) auditDecision() (uint64, error) {
 	if c.tool != nil {
 		rec.Operation = c.tool.Operation
 	}
-	if c.dec.Resource != nil {
-		rec.Resource = c.dec.Resource.Path
-	}
-	if len(c.areq.Resolved) > 0 {
-		rec.Resolved = mustJSON(c.areq.Resolved)
-	}
+	rec.Resource, rec.Resolved = c.recordedResources()
 	if c.areq.ArgsError != "" {
 		rec.Detail = c.areq.ArgsError // what replay needs to decide it again
 	}
@@ -298,6 +295,32 @@ func (c *call) auditDecision() (uint64, error) {
 		c.d.log.Error("audit decision failed; denying", "err", err, "call_id", c.id)
 	}
 	return seq, err
+}
+
+// recordedResources is what the ledger keeps of the resource that decided
+// and of each resolution: a path as the kernel named it; a fetch's or
+// post's URL with its query values by digest (authz.RecordURL), though
+// the caller and an approver see the URL itself.
+func (c *call) recordedResources() (string, json.RawMessage) {
+	net := c.tool != nil && c.tool.NetPolicy() != nil
+	var resource string
+	if c.dec.Resource != nil {
+		resource = c.dec.Resource.Path
+		if net {
+			resource = authz.RecordURL(resource)
+		}
+	}
+	if len(c.areq.Resolved) == 0 {
+		return resource, nil
+	}
+	if !net {
+		return resource, mustJSON(c.areq.Resolved)
+	}
+	res := slices.Clone(c.areq.Resolved)
+	for i := range res {
+		res[i].Path = authz.RecordURL(res[i].Path)
+	}
+	return resource, mustJSON(res)
 }
 
 func (c *call) auditResult(o *outcome) (uint64, error) {
@@ -312,9 +335,7 @@ func (c *call) auditResult(o *outcome) (uint64, error) {
 	if o.reason == api.ReasonCancelled && errors.As(context.Cause(c.ctx), &ce) {
 		rec.Detail = ce.Error()
 	}
-	if c.dec.Resource != nil {
-		rec.Resource = c.dec.Resource.Path
-	}
+	rec.Resource, _ = c.recordedResources()
 	seq, err := c.d.ledger.Append(rec)
 	if err != nil {
 		c.d.log.Error("audit result failed; withholding output", "err", err, "call_id", c.id)

@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/egress/netpolicy"
@@ -40,6 +39,9 @@ type PostRequest struct {
 
 // Hop records one request of a chain (the first URL, then each redirect).
 type Hop struct {
+	// URL is the hop's URL as asked: a refused redirect's is its Location
+	// resolved, at most the response header's size. Whoever records it
+	// bounds it and keeps its query by digest (redact.URL).
 	URL    string
 	Rule   netpolicy.Rule
 	Addr   netip.AddrPort // address dialed; zero when the hop was refused before dialing
@@ -113,7 +115,7 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchReques
 		t, rule, err := p.AuthorizeURL(next)
 		if err != nil {
 			if hop > 0 {
-				res.Hops = append(res.Hops, Hop{URL: truncate(next, 512)})
+				res.Hops = append(res.Hops, Hop{URL: next})
 				return res, denied("redirect %d: %v", hop, reasonOf(err))
 			}
 			return nil, err
@@ -313,11 +315,4 @@ func isRedirect(code int) bool {
 		return true
 	}
 	return false
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }

@@ -17,13 +17,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/egress/netpolicy"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // ConnRecord describes one proxied connection when it ends: what was
 // asked, what was dialed, how much moved each way and why it ended.
 type ConnRecord struct {
 	Method   string // "CONNECT", or the plain-HTTP method
-	Target   string // the requested authority or URL (truncated)
+	Target   string // the requested authority or URL, as redact.URL keeps it (query values by digest, bounded)
 	Host     string // normalized host, when it parsed
 	Port     uint16
 	Addr     netip.AddrPort // address dialed; zero if none
@@ -34,7 +35,7 @@ type ConnRecord struct {
 	Duration time.Duration
 	Verdict  string // "allow" or "deny"
 	Reason   string // "allowed", "egress_denied", "upstream_error", "invalid_args", "limit_exceeded"
-	Detail   string // why, for logs; never shown to the command as prose beyond the status line
+	Detail   string // why, for logs; never shown to the command as prose beyond the status line; never the request's own bytes
 }
 
 // Proxy is a forward proxy for a command's egress: HTTP CONNECT tunnels
@@ -123,6 +124,30 @@ func (px *Proxy) Serve(ctx context.Context, l net.Listener) error {
 	return err
 }
 
+// maxRecordTarget bounds ConnRecord.Target's scheme, authority and path.
+const maxRecordTarget = 512
+
+// errorClass is what a record says of a request that did not parse: the
+// error's words before any quoted or appended input ("malformed HTTP
+// request", "malformed MIME header line"), at most 64 bytes.
+func errorClass(err error) string {
+	s := err.Error()
+	if i := strings.IndexAny(s, "\"\n"); i >= 0 {
+		s = s[:i]
+	}
+	if i := strings.Index(s, ": "); i >= 0 && strings.HasPrefix(s, "malformed") {
+		s = s[:i]
+	}
+	s = strings.TrimSpace(s)
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	if s == "" {
+		return "malformed"
+	}
+	return s
+}
+
 // busy answers 503 on a connection that is not served, and closes it.
 func busy(c net.Conn) {
 	c.SetWriteDeadline(time.Now().Add(time.Second))
@@ -181,7 +206,9 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	c.SetReadDeadline(deadline)
 	req, err := http.ReadRequest(br)
 	if err != nil {
-		rec.Detail = "read request: " + err.Error()
+		// Never the error's text: net/http quotes the malformed line or
+		// header in it (up to MaxHeaderBytes, a query string, a token).
+		rec.Detail = fmt.Sprintf("read request: %s (%d header bytes read)", errorClass(err), int64(mh)-max(lim.n.Load(), 0))
 		var ne net.Error
 		switch {
 		// net/http may report a line cut by the deadline as malformed.
@@ -198,8 +225,9 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	}
 	lim.n.Store(-1)
 	c.SetReadDeadline(time.Time{})
-	rec.Method = truncate(req.Method, 16)
-	rec.Target = truncate(req.RequestURI, 512)
+	rec.Method = redact.String(req.Method, 16)
+	// The target as the ledger keeps it: a query's values by digest.
+	rec.Target = redact.URL(req.RequestURI, maxRecordTarget)
 
 	client := px.Client
 	if client == nil {

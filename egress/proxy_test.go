@@ -3,7 +3,10 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/egress/netpolicy"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // proxyEnv is a Proxy serving on a unix socket, as the daemon runs it,
@@ -213,6 +217,54 @@ func TestProxyPlainHTTP(t *testing.T) {
 			t.Errorf("%.60q: record %+v", c.req, r)
 		}
 	}
+}
+
+// TestProxyRecordsBounded: what a connection record keeps of a request is
+// bounded and holds no query value and no bytes of a request that did
+// not parse (docs/security.md, "The third review": each malformed request
+// line, up to the 32 KiB header cap, was copied into its record's detail,
+// and a plain request's query string into its target).
+func TestProxyRecordsBounded(t *testing.T) {
+	srv := newServer(t, nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"plain.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
+	e := startProxy(t, &Proxy{Client: testClient(newResolver("plain.test", "127.0.0.1")), Policy: p})
+	const secret = "SECRET123"
+	long := strings.Repeat("x", 32000)
+	for _, c := range []struct {
+		name, req string
+		code      int
+		reason    string
+		target    string // the record's target, when the request parsed
+	}{
+		{"malformed 32 KB line", "GET http://plain.test/?key=" + secret + long + "\r\n\r\n", 400, ReasonInvalidArgs, ""},
+		{"malformed header line", "GET http://plain.test:" + srv.port + "/ HTTP/1.1\r\nAuthorization " + secret + long + "\r\n\r\n", 400, ReasonInvalidArgs, ""},
+		{"allowed, key in the query", "GET http://plain.test:" + srv.port + "/p?api_key=" + secret + "&q=1 HTTP/1.1\r\n\r\n", 200, ReasonAllowed,
+			"http://plain.test:" + srv.port + "/p?api_key=<sha256:" + shortHex(secret) + ">&q=<sha256:" + shortHex("1") + ">"},
+		{"refused, key in the query", "GET http://evil.test/?key=" + secret + " HTTP/1.1\r\n\r\n", 403, ReasonEgressDenied,
+			"http://evil.test/?key=<sha256:" + shortHex(secret) + ">"},
+		{"long path", "GET http://plain.test:" + srv.port + "/" + long[:20000] + "?key=" + secret + " HTTP/1.1\r\n\r\n", 403, ReasonEgressDenied, ""},
+	} {
+		if code := e.raw(t, c.req); code != c.code {
+			t.Errorf("%s: %d, want %d", c.name, code, c.code)
+		}
+		r := e.record(t)
+		all := fmt.Sprintf("%+v", r)
+		switch {
+		case r.Reason != c.reason:
+			t.Errorf("%s: reason %s, want %s", c.name, r.Reason, c.reason)
+		case strings.Contains(all, secret) || c.code == 400 && strings.Contains(all, "xxxxxxxx"):
+			t.Errorf("%s: the record holds the request's bytes: %.300s", c.name, all)
+		case len(r.Detail) > 256 || len(r.Target) > maxRecordTarget+2*redact.MaxParams*(redact.MaxParamName+30):
+			t.Errorf("%s: detail %d bytes, target %d bytes", c.name, len(r.Detail), len(r.Target))
+		case c.target != "" && r.Target != c.target:
+			t.Errorf("%s: target %q, want %q", c.name, r.Target, c.target)
+		}
+	}
+}
+
+func shortHex(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	return hex.EncodeToString(sum[:8])
 }
 
 func TestProxyMaxBytesOut(t *testing.T) {

@@ -151,7 +151,8 @@ func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool
 			return nil, "", false
 		}
 	}
-	req := &authz.Request{Tool: rec.Tool, Path: a.Path, Argv: a.Argv, Mode: a.Mode, ContentBytes: a.ContentBytes}
+	r := a.Request("", rec.Tool)
+	req := &r
 	if p := rec.Principal; p != nil {
 		req.Principal, _ = m.Identify(p.UID, p.GID)
 	}
@@ -167,13 +168,33 @@ func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool
 	case a.Argv != nil:
 		b, _ := json.Marshal(a.Argv)
 		subject = string(b)
-	}
-	if t == nil || a.Path == nil || authz.CheckPath(*a.Path) != "" {
-		return req, subject, true
+	case a.URL != nil:
+		// The URL as recorded (query values by digest), not the one
+		// rebuilt to decide on.
+		var u struct {
+			URL string `json:"url"`
+		}
+		_ = json.Unmarshal(rec.Args, &u)
+		subject = u.URL
 	}
 	var recorded []authz.Resource
 	if len(rec.Resolved) > 0 {
 		_ = json.Unmarshal(rec.Resolved, &recorded)
+	}
+	if t != nil && a.URL != nil && authz.LookupOp(t.Operation).Resolve == authz.ResolveNet {
+		// A fetch's or post's one lookup of its host, as recorded: the
+		// addresses are what the decision checks. A host never looked
+		// up (its URL was refused when recorded) counts as a name that
+		// did not resolve.
+		if len(recorded) == 1 {
+			req.Resolved = recorded[:1]
+		} else {
+			req.Resolved = []authz.Resource{{Outcome: authz.OutcomeNotFound}}
+		}
+		return req, subject, true
+	}
+	if t == nil || a.Path == nil || authz.CheckPath(*a.Path) != "" {
+		return req, subject, true
 	}
 	for _, mt := range authz.MatchRoots(t, *a.Path) {
 		res := authz.Resource{Root: mt.Index, RootPath: mt.Root, Outcome: authz.OutcomeNotFound}

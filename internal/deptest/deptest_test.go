@@ -58,8 +58,8 @@ func forbidden(pkg, imp string) string {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix", "time":
 			return "authz is pure: no syscalls, no I/O, no clock"
 		}
-		if ours && local != "api" && local != "internal/strictjson" && local != "internal/foldname" && local != "egress/netpolicy" {
-			return "authz depends only on api, internal/strictjson, internal/foldname and egress/netpolicy"
+		if ours && local != "api" && local != "internal/strictjson" && local != "internal/foldname" && local != "internal/redact" && local != "egress/netpolicy" {
+			return "authz depends only on api, internal/strictjson, internal/foldname, internal/redact and egress/netpolicy"
 		}
 	case "egress/netpolicy":
 		// The URL and address rules authz decides with: pure, so that
@@ -71,7 +71,7 @@ func forbidden(pkg, imp string) string {
 		if ours || thirdParty {
 			return pkg + " is a leaf on the standard library"
 		}
-	case "internal/strictjson", "internal/foldname", "internal/jsonenc":
+	case "internal/strictjson", "internal/foldname", "internal/jsonenc", "internal/redact":
 		switch imp {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix":
 			return pkg + " is pure: no syscalls, no I/O"

@@ -291,32 +291,6 @@ func TestPostApprovedAndAdversarialChain(t *testing.T) {
 	}
 }
 
-// TestPostPathConfusion: a post whose URL path some server normalizes
-// into another — "/hooks/..;/admin" is "/admin" to Tomcat and Spring —
-// is refused (egress_denied) before any lookup, and nothing reaches the
-// server, though the glob "/hooks/**" would match its segments
-// (docs/security.md "The third review").
-func TestPostPathConfusion(t *testing.T) {
-	h, up, _ := netFixture(t)
-	base := fmt.Sprintf("http://localhost:%d", up.port)
-	for _, path := range []string{
-		"/hooks/..;/admin", "/hooks/.;/admin", "/hooks/x;jsessionid=1", "/hooks/..%3B/admin",
-		"/hooks/%2e%2e/admin", "/hooks/%252e%252e/admin", "/hooks/x%2F..%2Fadmin", "/hooks//admin", "/hooks/.../admin",
-	} {
-		before := up.hits.Load()
-		res, body := h.call("post_any", map[string]any{"url": base + path, "body": map[string]string{"x": "y"}})
-		if res.Verdict != api.VerdictDeny || res.Reason != api.ReasonEgressDenied {
-			t.Errorf("post to %s: %s, want egress_denied", path, body)
-		}
-		if n := up.hits.Load() - before; n != 0 {
-			t.Errorf("post to %s: the server saw %d requests", path, n)
-		}
-	}
-	if res, body := h.call("post_any", map[string]any{"url": base + "/hooks/a/b", "body": map[string]string{"x": "y"}}); !res.OK || res.HTTPStatus != 204 {
-		t.Errorf("post to a canonical path under the glob: %s", body)
-	}
-}
-
 // lastResult is the ledger's result record of a call.
 func (h *harness) lastResult(callID string) *audit.Record {
 	h.t.Helper()
@@ -427,5 +401,31 @@ func TestEgressRefusesHostOwnAddresses(t *testing.T) {
 		if denied[id] != 1 {
 			t.Errorf("call %s: %d refused connection records, want 1", id, denied[id])
 		}
+	}
+}
+
+// TestPostPathConfusion: a post whose URL path some server normalizes
+// into another — "/hooks/..;/admin" is "/admin" to Tomcat and Spring —
+// is refused (egress_denied) before any lookup, and nothing reaches the
+// server, though the glob "/hooks/**" would match its segments
+// (docs/security.md "The third review").
+func TestPostPathConfusion(t *testing.T) {
+	h, up, _ := netFixture(t)
+	base := fmt.Sprintf("http://localhost:%d", up.port)
+	for _, path := range []string{
+		"/hooks/..;/admin", "/hooks/.;/admin", "/hooks/x;jsessionid=1", "/hooks/..%3B/admin",
+		"/hooks/%2e%2e/admin", "/hooks/%252e%252e/admin", "/hooks/x%2F..%2Fadmin", "/hooks//admin", "/hooks/.../admin",
+	} {
+		before := up.hits.Load()
+		res, body := h.call("post_any", map[string]any{"url": base + path, "body": map[string]string{"x": "y"}})
+		if res.Verdict != api.VerdictDeny || res.Reason != api.ReasonEgressDenied {
+			t.Errorf("post to %s: %s, want egress_denied", path, body)
+		}
+		if n := up.hits.Load() - before; n != 0 {
+			t.Errorf("post to %s: the server saw %d requests", path, n)
+		}
+	}
+	if res, body := h.call("post_any", map[string]any{"url": base + "/hooks/a/b", "body": map[string]string{"x": "y"}}); !res.OK || res.HTTPStatus != 204 {
+		t.Errorf("post to a canonical path under the glob: %s", body)
 	}
 }

@@ -136,7 +136,7 @@ func TestExampleCapabilities(t *testing.T) {
 		{Request{Principal: "local", Tool: "http_fetch", URL: s("https://api.github.com/"),
 			Resolved: []Resource{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.6", "127.0.0.1"}}}}, api.ReasonEgressDenied},
 		{Request{Principal: "local", Tool: "notify", URL: s("https://hooks.internal.example/ci"),
-			Resolved: []Resource{{Outcome: OutcomeOK, Addrs: []string{"198.51.100.7"}}}}, api.ReasonApprovalRequired},
+			Resolved: []Resource{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.7"}}}}, api.ReasonApprovalRequired},
 		{Request{Principal: "local", Tool: "notify", URL: s("https://evil.example/ci")}, api.ReasonEgressDenied},
 		{Request{Principal: "local", Tool: "fs_read", Path: s("workspace/.env")}, api.ReasonNeverListed},
 	} {

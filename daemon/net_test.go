@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,7 +110,9 @@ func netFixture(t *testing.T) (h *harness, up, other *netServer) {
 	  "notify":{"operation":"post","webhooks":["http://localhost:%[1]d/hooks/*"],"schemes":["http"],
 	    "insecure_allow_private":true,"approval":"human"},
 	  "post_now":{"operation":"post","webhooks":["http://localhost:%[1]d/hooks/now"],"schemes":["http"],
-	    "insecure_allow_private":true,"max_request_bytes":64}}}`, up.port))
+	    "insecure_allow_private":true,"max_request_bytes":64},
+	  "post_any":{"operation":"post","webhooks":["http://localhost:%[1]d/hooks/**"],"schemes":["http"],
+	    "insecure_allow_private":true}}}`, up.port))
 	return start(t, m, securefs.ModeAuto), up, other
 }
 
@@ -387,4 +390,127 @@ func (h *harness) lastResult(callID string) *audit.Record {
 		h.t.Fatalf("no result record for %s", callID)
 	}
 	return found
+}
+
+const pyTunnel = `
+import http.client, sys
+c = http.client.HTTPConnection('127.0.0.1', 3128, timeout=20)
+c.set_tunnel(sys.argv[1], int(sys.argv[2]))
+try:
+    c.request('GET', '/proxy-connect')
+    print('STATUS', c.getresponse().status)
+except OSError as e:
+    print('TUNNEL failed', e)
+`
+
+// TestEgressRefusesHostOwnAddresses: sluiced never dials an address of
+// its own host, over the socket (fetch) and through a command's proxy
+// (plain HTTP and CONNECT), though a server listens on 0.0.0.0 and the
+// tools name the address as a hosts entry: 192.0.2.2 (a documentation
+// address, as the third review's VM numbered eth0), 1.2.3.5 (in no
+// refused class: only the host's), and 1.2.3.6, added after the daemon
+// started (docs/security.md "The third review"). The daemon runs in a
+// network namespace of the test's own, where these addresses are on
+// loopback.
+func TestEgressRefusesHostOwnAddresses(t *testing.T) {
+	if !testutil.InNetns(t) {
+		return
+	}
+	testutil.AddAddr(t, netip.MustParsePrefix("192.0.2.2/24"))
+	testutil.AddAddr(t, netip.MustParsePrefix("1.2.3.5/32"))
+	up := newUpstream(t, "")
+	l, err := net.Listen("tcp4", "0.0.0.0:0") // the upstream's handler, on every address of the host
+	testutil.Must(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	wild := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		up.hits.Add(1)
+		io.WriteString(w, "reached "+r.URL.Path)
+	})}
+	go wild.Serve(l)
+	t.Cleanup(func() { wild.Close() })
+
+	owned := []string{"192.0.2.2", "1.2.3.5", "1.2.3.6"}
+	url := func(a string) string { return fmt.Sprintf("http://%s:%d/%s", a, port, a) }
+	plainArgv := func(a string) []string { return []string{"python3", "-c", pyFetch, url(a)} }
+	tunnelArgv := func(a string) []string { return []string{"python3", "-c", pyTunnel, a, fmt.Sprint(port)} }
+	var hosts []string
+	var plain, tunnel [][]string
+	for _, a := range owned {
+		hosts = append(hosts, fmt.Sprintf("%s:%d", a, port))
+		plain, tunnel = append(plain, plainArgv(a)), append(tunnel, tunnelArgv(a))
+	}
+	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	eg := `"egress":{"hosts":` + js(hosts) + `,"schemes":["http"]},"pool":0`
+	runDir := t.TempDir()
+	h := start(t, writeManifest(t, t.TempDir(), `{"schema_version":1,"tools":{
+	  "fetch_any":{"operation":"fetch","hosts":`+js(hosts)+`,"schemes":["http"]},
+	  "py_plain":{"operation":"execute","commands":`+js(plain)+`,`+eg+`},
+	  "py_tunnel":{"operation":"execute","commands":`+js(tunnel)+`,`+eg+`}}}`),
+		securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
+
+	var calls []string
+	try := func(a string) {
+		t.Helper()
+		res, body := h.call("fetch_any", map[string]any{"url": url(a)})
+		if res.Reason != api.ReasonEgressDenied || res.OK || res.Output != nil {
+			t.Errorf("fetch %s: %s, want egress_denied", url(a), body)
+		}
+		res, body = h.call("py_plain", map[string]any{"argv": plainArgv(a)})
+		if res.ExitCode == nil || res.Output == nil || !strings.Contains(*res.Output, "STATUS 403") {
+			t.Errorf("plain HTTP through the proxy to %s: %s, want 403", url(a), body)
+		}
+		calls = append(calls, res.CallID)
+		res, body = h.call("py_tunnel", map[string]any{"argv": tunnelArgv(a)})
+		if res.ExitCode == nil || res.Output == nil || !strings.Contains(*res.Output, "TUNNEL failed") || !strings.Contains(*res.Output, "403") {
+			t.Errorf("CONNECT through the proxy to %s: %s, want 403", a, body)
+		}
+		calls = append(calls, res.CallID)
+	}
+	try("192.0.2.2")
+	try("1.2.3.5")
+	testutil.AddAddr(t, netip.MustParsePrefix("1.2.3.6/32")) // after the daemon started
+	try("1.2.3.6")
+
+	if n := up.hits.Load(); n != 0 {
+		t.Errorf("a host-owned address was reached %d times", n)
+	}
+	denied := map[string]int{}
+	for _, line := range bytes.Split(bytes.TrimSpace(h.ledger()), []byte("\n")) {
+		var rec audit.Record
+		testutil.Must(t, json.Unmarshal(line, &rec))
+		if rec.Kind == audit.KindConnection && rec.Reason == api.ReasonEgressDenied && rec.Egress != nil && rec.Egress.Addr == "" {
+			denied[rec.CallID]++
+		}
+	}
+	for _, id := range calls {
+		if denied[id] != 1 {
+			t.Errorf("call %s: %d refused connection records, want 1", id, denied[id])
+		}
+	}
+}
+
+// TestPostPathConfusion: a post whose URL path some server normalizes
+// into another — "/hooks/..;/admin" is "/admin" to Tomcat and Spring —
+// is refused (egress_denied) before any lookup, and nothing reaches the
+// server, though the glob "/hooks/**" would match its segments
+// (docs/security.md "The third review").
+func TestPostPathConfusion(t *testing.T) {
+	h, up, _ := netFixture(t)
+	base := fmt.Sprintf("http://localhost:%d", up.port)
+	for _, path := range []string{
+		"/hooks/..;/admin", "/hooks/.;/admin", "/hooks/x;jsessionid=1", "/hooks/..%3B/admin",
+		"/hooks/%2e%2e/admin", "/hooks/%252e%252e/admin", "/hooks/x%2F..%2Fadmin", "/hooks//admin", "/hooks/.../admin",
+	} {
+		before := up.hits.Load()
+		res, body := h.call("post_any", map[string]any{"url": base + path, "body": map[string]string{"x": "y"}})
+		if res.Verdict != api.VerdictDeny || res.Reason != api.ReasonEgressDenied {
+			t.Errorf("post to %s: %s, want egress_denied", path, body)
+		}
+		if n := up.hits.Load() - before; n != 0 {
+			t.Errorf("post to %s: the server saw %d requests", path, n)
+		}
+	}
+	if res, body := h.call("post_any", map[string]any{"url": base + "/hooks/a/b", "body": map[string]string{"x": "y"}}); !res.OK || res.HTTPStatus != 204 {
+		t.Errorf("post to a canonical path under the glob: %s", body)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -30,6 +31,10 @@ type Client struct {
 	// DialTimeout bounds one TCP connect; 0 means 10s (the request's
 	// timeout bounds it too).
 	DialTimeout time.Duration
+	// HostOwns says whether an address is the host's own; nil means the
+	// package's HostOwns (the kernel's routing). Tests inject one that
+	// disowns an address they use as a stand-in for a remote host.
+	HostOwns func(netip.Addr) (bool, error)
 }
 
 var defaultClient = &Client{}
@@ -41,7 +46,7 @@ func (c *Client) resolver() Resolver {
 	return net.DefaultResolver
 }
 
-// Resolve looks t's host up ONCE and checks every address (CheckAddrs);
+// Resolve looks t's host up ONCE and checks every address (c.CheckAddrs);
 // the returned address is the resource: it is what gets dialed, never the
 // name again. An IP-literal target (only possible when a hosts entry lists
 // that literal) is checked the same way.
@@ -50,11 +55,52 @@ func (c *Client) Resolve(ctx context.Context, p *netpolicy.Policy, t *netpolicy.
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
-	a, err := netpolicy.CheckAddrs(addrs, p.InsecureAllowPrivate())
+	a, err := c.CheckAddrs(addrs, p.InsecureAllowPrivate())
 	if err != nil {
-		return netip.AddrPort{}, denied("%s: %v", t.Host, reasonOf(err))
+		return netip.AddrPort{}, checkErr(t, err)
 	}
 	return netip.AddrPortFrom(a, t.Port), nil
+}
+
+// CheckAddrs is the address check of every dial egress makes — fetch's
+// and post's first request (the address the daemon's decision checked,
+// checked again here), each redirect hop, and the proxy's CONNECT and
+// plain-HTTP requests: netpolicy.CheckAddrs's classes, then the host's
+// own addresses. An address of one of the host's interfaces reaches
+// whatever listens on 0.0.0.0 there, whatever its class: a public
+// address, or one from a range nothing routes on the internet but a lab
+// or cloud network numbers its hosts from (docs/security.md "The third
+// review"). Every address of the answer is asked about, as every one is
+// classified. insecure_allow_private (allowPrivate) admits the host's
+// own addresses, as it admits loopback. A failure to ask the kernel is
+// an UpstreamError: nothing is dialed.
+func (c *Client) CheckAddrs(addrs []netip.Addr, allowPrivate bool) (netip.Addr, error) {
+	a, err := netpolicy.CheckAddrs(addrs, allowPrivate)
+	if err != nil || allowPrivate {
+		return a, err
+	}
+	owns := c.HostOwns
+	if owns == nil {
+		owns = HostOwns
+	}
+	for _, x := range addrs {
+		mine, err := owns(x)
+		if err != nil {
+			return netip.Addr{}, &UpstreamError{Op: "route", Err: err}
+		}
+		if mine {
+			return netip.Addr{}, denied("address %s is this host's own", x.Unmap())
+		}
+	}
+	return a, nil
+}
+
+// checkErr names the host in a refusal; an upstream error passes as is.
+func checkErr(t *netpolicy.Target, err error) error {
+	if errors.Is(err, netpolicy.ErrEgressDenied) {
+		return denied("%s: %v", t.Host, reasonOf(err))
+	}
+	return err
 }
 
 // Lookup looks t's host up once and returns the whole answer, unchecked

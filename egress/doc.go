@@ -23,11 +23,15 @@
 //     schemes (Policy.AuthorizeWebhook: the webhooks globs); the matched
 //     Rule goes to the audit.
 //  3. Resolve once. Client.Resolve looks the name up ONCE and checks
-//     every address of the answer (netpolicy.CheckAddrs): loopback, private,
-//     link-local, CGNAT, multicast, unspecified and the IPv6 forms that
-//     carry such an IPv4 address are refused unless the policy says
-//     insecure_allow_private. One bad address refuses the whole answer
-//     (DNS rebinding mixes a public and a private address).
+//     every address of the answer (Client.CheckAddrs): loopback, private,
+//     link-local, CGNAT, multicast, unspecified, documentation, reserved
+//     and the IPv6 forms that carry such an IPv4 address are refused
+//     (netpolicy.CheckAddrs), and so is every address the host itself
+//     owns, whatever its range (HostOwns asks the kernel's routing at the
+//     check), unless the policy says insecure_allow_private. One bad
+//     address refuses the whole answer (DNS rebinding mixes a public and
+//     a private address). The same check guards the address the daemon's
+//     decision pinned, each redirect hop and the proxy's dials.
 //  4. Dial the checked address. The pinned dialer connects to exactly the
 //     address Resolve returned — the "fd" of the network — with no second
 //     lookup, so an answer that changes between the check and the connect
@@ -43,7 +47,8 @@
 // maps any of them to its stable reason code (egress_denied,
 // upstream_error, invalid_args, cancelled).
 //
-// The package is portable (standard library only): nothing here needs
-// Linux; the daemon serves the Proxy on a TCP listener it makes inside a
-// command's network namespace (127.0.0.1:3128 there; docs/sandbox.md).
+// The package builds everywhere; only HostOwns is Linux's (an rtnetlink
+// route lookup, golang.org/x/sys/unix), with an interface-list twin
+// elsewhere. The daemon serves the Proxy on a TCP listener it makes inside
+// a command's network namespace (127.0.0.1:3128 there; docs/sandbox.md).
 package egress

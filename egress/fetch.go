@@ -206,8 +206,8 @@ func (c *Client) send(ctx context.Context, p *netpolicy.Policy, pd *pinnedDialer
 	pinned netip.AddrPort, method string, hdr http.Header, body []byte) (*http.Response, netip.AddrPort, error) {
 	ap := pinned
 	if ap.IsValid() {
-		if _, err := netpolicy.CheckAddrs([]netip.Addr{ap.Addr()}, p.InsecureAllowPrivate()); err != nil {
-			return nil, netip.AddrPort{}, denied("%s: %v", t.Host, reasonOf(err))
+		if _, err := c.CheckAddrs([]netip.Addr{ap.Addr()}, p.InsecureAllowPrivate()); err != nil {
+			return nil, netip.AddrPort{}, checkErr(t, err)
 		}
 		if ap.Port() != t.Port {
 			return nil, netip.AddrPort{}, denied("%s: pinned port %d is not the URL's %d", t.Host, ap.Port(), t.Port)

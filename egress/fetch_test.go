@@ -199,13 +199,13 @@ func TestFetchLoopbackNeedsOptIn(t *testing.T) {
 	}
 }
 
-// Rebinding: the name's answer mixes a public address (TEST-NET, never
+// Rebinding: the name's answer mixes a public address (never
 // dialed) with loopback; the whole answer is refused and nothing is
 // dialed.
 func TestFetchRebinding(t *testing.T) {
 	srv := newServer(t, []string{"rebind.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	res := newResolver()
-	res.add("rebind.test", "203.0.113.7", "127.0.0.1")
+	res.add("rebind.test", "8.8.8.8", "127.0.0.1")
 	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"rebind.test:" + srv.port}})
 	r, err := testClient(res).Fetch(context.Background(), p, FetchRequest{URL: "https://rebind.test:" + srv.port + "/"})
 	if !errors.Is(err, netpolicy.ErrEgressDenied) || !strings.Contains(err.Error(), "127.0.0.1 is loopback") {

@@ -110,7 +110,7 @@ func newServer(t testing.TB, tlsNames []string, h http.Handler) *server {
 }
 
 // fakeResolver maps test names to addresses and counts lookups; a name it
-// does not know fails like NXDOMAIN. Its answers may include TEST-NET
+// does not know fails like NXDOMAIN. Its answers may include public
 // addresses: those are only ever checked, never dialed.
 type fakeResolver struct {
 	mu      sync.Mutex

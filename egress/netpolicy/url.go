@@ -302,6 +302,90 @@ func parsePort(s string) (uint16, error) {
 	return uint16(n), nil
 }
 
+// checkPath refuses a URL path that is not already in its one canonical
+// form, so that a glob matched against it is matched against what every
+// server will route. Servers differ on what they decode and normalize
+// away; whatever any of them changes is refused:
+//   - ';' anywhere: a path parameter to Tomcat, Jetty and Spring, which
+//     drop it before routing, so "/hooks/..;/admin" is "/admin" there
+//     while the glob "/hooks/**" sees a segment "..;" (and ".;" is ".");
+//   - "." and ".." segments, and any segment of dots only ("..." is ".."
+//     to a server that strips trailing dots);
+//   - empty segments ("//") but a trailing one ("/hooks/x/"): servers
+//     that merge slashes route "/hooks//x" as "/hooks/x";
+//   - percent-encoded '/', '\', '.', ';' or '%' (%2F, %5C, %2E, %3B, %25
+//     and so double encodings such as %252e): decoded, they are
+//     separators, dot segments or parameters;
+//   - percent-encoded control bytes and bytes >= 0x80: NUL truncates in C
+//     servers, overlong UTF-8 (%C0%AE) is '.' to some decoders, and
+//     Unicode normalization makes full-width '．' and '／' into '.' and
+//     '/'; a webhook path is ASCII;
+//   - any other escape of a byte that needs none (%61 for 'a'), lowercase
+//     hex (%2f), a malformed escape, and raw bytes outside RFC 3986's
+//     pchar ('"', '<', '>', '[', ']', '^', '`', '{', '|', '}'), so the
+//     path has one spelling.
+//
+// A webhooks glob's path is held to the same form ('*' is a pchar).
+func checkPath(path string) error {
+	if path == "" {
+		return nil // "/"
+	}
+	if path[0] != '/' {
+		return denied("path does not start with /")
+	}
+	segs := strings.Split(path[1:], "/")
+	for i, seg := range segs {
+		if seg == "" && i != len(segs)-1 {
+			return denied("empty path segment (//)")
+		}
+		if seg != "" && strings.Trim(seg, ".") == "" {
+			return denied("dot segment %q in path", seg)
+		}
+		for j := 0; j < len(seg); j++ {
+			c := seg[j]
+			switch {
+			case c == ';':
+				return denied("';' in path (a path parameter: /x/..;/y is /y to Tomcat and Spring)")
+			case c == '%':
+				if j+2 >= len(seg) || !isUpperHex(seg[j+1]) || !isUpperHex(seg[j+2]) {
+					return denied("malformed or lowercase percent-escape in path")
+				}
+				b := unhex(seg[j+1])<<4 | unhex(seg[j+2])
+				switch {
+				case b == '/' || b == '\\' || b == '.' || b == ';' || b == '%':
+					return denied("percent-encoded %q in path", b)
+				case b < 0x20 || b >= 0x7f:
+					return denied("percent-encoded control or non-ASCII byte in path")
+				case isPchar(b):
+					return denied("percent-escape of %q, which needs none", b)
+				}
+				j += 2
+			case !isPchar(c):
+				return denied("byte %q in path must be percent-encoded", c)
+			}
+		}
+	}
+	return nil
+}
+
+// isPchar: RFC 3986's pchar less '%' — unreserved, sub-delims, ':' and
+// '@' — the bytes a path segment holds unescaped.
+func isPchar(c byte) bool {
+	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+		return true
+	}
+	return strings.IndexByte("-._~!$&'()*+,;=:@", c) >= 0
+}
+
+func isUpperHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'A' && c <= 'F' }
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'A' + 10
+}
+
 // CheckHeader refuses a request header that is not an RFC 9110 token name
 // with a value free of CR, LF, NUL and other control bytes (HTAB allowed):
 // CR/LF in either splits one header into two, or ends the header block.

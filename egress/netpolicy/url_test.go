@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -188,6 +189,10 @@ func TestNewPolicyErrors(t *testing.T) {
 		{Config{Webhooks: []string{"https://*.hooks.test/x"}}, "webhooks[0]"},
 		{Config{Webhooks: []string{"http://hooks.test/x"}}, "not in schemes"},
 		{Config{Webhooks: []string{"https://hooks.test/a**"}}, "whole path segment"},
+		{Config{Webhooks: []string{"https://hooks.test/hooks/..;/x/*"}}, "';' in path"},
+		{Config{Webhooks: []string{"https://hooks.test/hooks/../x/*"}}, "dot segment"},
+		{Config{Webhooks: []string{"https://hooks.test/hooks//x"}}, "empty path segment"},
+		{Config{Webhooks: []string{"https://hooks.test/hooks/%2e/x"}}, "lowercase"},
 		{Config{MaxBytes: -1}, "negative"},
 	} {
 		_, err := NewPolicy(c.cfg)
@@ -202,6 +207,7 @@ func TestWebhookGlobs(t *testing.T) {
 		"https://hooks.test/*",
 		"https://hooks.test:8443/services/**/notify",
 		"https://chat.test/api/v1/rooms/*-alerts?token=abc",
+		"https://hooks.test:9443/hooks/**",
 	}})
 	for _, c := range []struct {
 		url  string
@@ -229,6 +235,51 @@ func TestWebhookGlobs(t *testing.T) {
 		{"https://chat.test/api/v1/rooms/ops-alerts", -1},
 		{"https://chat.test/api/v1/rooms/ops/x-alerts?token=abc", -1},
 		{"https://hooks.test@evil.test/abc", -1},
+		// A path not in its one canonical form, which some server
+		// normalizes into one the glob never matched (docs/security.md
+		// "The third review": Tomcat and Spring route /hooks/..;/admin
+		// as /admin).
+		{"https://hooks.test:9443/hooks/a/b", 3},
+		{"https://hooks.test:9443/hooks/", 3},
+		{"https://hooks.test:9443/hooks/a%20b/c", 3},
+		{"https://hooks.test:9443/hooks/a-b_c~d.json", 3},
+		{"https://hooks.test:9443/hooks/a:b@c!$&'()*+,=", 3},
+		{"https://hooks.test:9443/hooks/..;/admin", -1},
+		{"https://hooks.test:9443/hooks/.;/admin", -1},
+		{"https://hooks.test:9443/hooks/x/..;/..;/admin", -1},
+		{"https://hooks.test:9443/hooks/x;jsessionid=1", -1},
+		{"https://hooks.test:9443/hooks;/x", -1},
+		{"https://hooks.test:9443/hooks/x;", -1},
+		{"https://hooks.test:9443/hooks/..", -1},
+		{"https://hooks.test:9443/hooks/.", -1},
+		{"https://hooks.test:9443/hooks/./x", -1},
+		{"https://hooks.test:9443/hooks/.../admin", -1},
+		{"https://hooks.test:9443/hooks/%2e%2e/admin", -1},
+		{"https://hooks.test:9443/hooks/%2E%2E/admin", -1},
+		{"https://hooks.test:9443/hooks/.%2E/admin", -1},
+		{"https://hooks.test:9443/hooks/%2e%2e%3b/admin", -1},
+		{"https://hooks.test:9443/hooks/..%3B/admin", -1},
+		{"https://hooks.test:9443/hooks/..%3b/admin", -1},
+		{"https://hooks.test:9443/hooks/x%2F..%2F..%2Fadmin", -1},
+		{"https://hooks.test:9443/hooks/x%2f..%2fadmin", -1},
+		{"https://hooks.test:9443/hooks/x%5C..%5Cadmin", -1},
+		{"https://hooks.test:9443/hooks/%252e%252e/admin", -1},
+		{"https://hooks.test:9443/hooks/%252E%252E%252Fadmin", -1},
+		{"https://hooks.test:9443/hooks/x%00/y", -1},
+		{"https://hooks.test:9443/hooks/%C0%AE%C0%AE/admin", -1},
+		{"https://hooks.test:9443/hooks/%EF%BC%8E%EF%BC%8E/admin", -1},
+		{"https://hooks.test:9443/hooks/%61dmin", -1},
+		{"https://hooks.test:9443/hooks/a%2", -1},
+		{"https://hooks.test:9443/hooks/a%zz", -1},
+		{"https://hooks.test:9443/hooks/a%20", 3},
+		{"https://hooks.test:9443/hooks/a%2a", -1},
+		{"https://hooks.test:9443/hooks//admin", -1},
+		{"https://hooks.test:9443//hooks/x", -1},
+		{"https://hooks.test:9443/hooks/x\\..\\admin", -1},
+		{"https://hooks.test:9443/hooks/x{y}", -1},
+		{"https://hooks.test:9443/hooks/x|y", -1},
+		{"https://hooks.test:9443/hooks/x\"y", -1},
+		{"https://hooks.test:9443/hooks/x?a=..;/admin", -1}, // no query in the glob
 	} {
 		_, rule, err := p.AuthorizeWebhook(c.url)
 		switch {
@@ -240,6 +291,42 @@ func TestWebhookGlobs(t *testing.T) {
 			t.Errorf("%s: rule %v err %v, want webhooks[%d]", c.url, rule, err, c.rule)
 		}
 	}
+}
+
+// FuzzAuthorizeWebhook: a path the webhooks globs accept means the same
+// to a server that decodes it: decoding moves no segment boundary and
+// yields no dot segment, no ';' path parameter, no '\\', '%' or NUL, and
+// the path stays under the glob's prefix.
+func FuzzAuthorizeWebhook(f *testing.F) {
+	for _, s := range []string{"/hooks/a", "/hooks/..;/admin", "/hooks/%2e%2e/x", "/hooks/a%20b", "/hooks/%252e", "/hooks//x", "/hooks/a/"} {
+		f.Add(s)
+	}
+	p := mustPolicy(f, Config{Webhooks: []string{"https://hooks.test/hooks/**"}})
+	f.Fuzz(func(t *testing.T, path string) {
+		tg, _, err := p.AuthorizeWebhook("https://hooks.test" + path)
+		if err != nil {
+			if !errors.Is(err, ErrEgressDenied) {
+				t.Fatalf("%q: error %v is not ErrEgressDenied", path, err)
+			}
+			return
+		}
+		esc := tg.URL.EscapedPath()
+		dec, err := url.PathUnescape(esc)
+		if err != nil {
+			t.Fatalf("%q: accepted path %q does not decode: %v", path, esc, err)
+		}
+		if strings.Count(dec, "/") != strings.Count(esc, "/") || strings.ContainsAny(dec, ";\\%\x00") {
+			t.Fatalf("%q: accepted path %q decodes to %q", path, esc, dec)
+		}
+		for _, seg := range strings.Split(dec, "/")[1:] {
+			if seg != "" && strings.Trim(seg, ".") == "" {
+				t.Fatalf("%q: accepted path %q has the dot segment %q", path, esc, seg)
+			}
+		}
+		if dec != "/hooks" && !strings.HasPrefix(dec, "/hooks/") {
+			t.Fatalf("%q: accepted path %q is outside /hooks", path, esc)
+		}
+	})
 }
 
 func TestGlobMatch(t *testing.T) {

@@ -551,10 +551,13 @@ func TestApprovalScreen(t *testing.T) {
 				t.Fatalf("%s: %s", c.tool, ev.Raw)
 			}
 			ch := waitListed(t, h, 1)[0].Change
-			if ch == nil || ch.Kind != c.kind || ch.HiddenChars != c.hidden {
-				t.Errorf("the listed change: %+v, want kind %s, hidden_chars %d", ch, c.kind, c.hidden)
+			if ch == nil {
+				t.Fatalf("no change listed")
 			}
-			if ch != nil && c.kind != api.OpWrite && ch.New != nil {
+			if ch.Kind != c.kind || ch.HiddenChars != c.hidden {
+				t.Errorf("the listed change: kind %q, hidden_chars %d; want kind %s, hidden_chars %d", ch.Kind, ch.HiddenChars, c.kind, c.hidden)
+			}
+			if c.kind != api.OpWrite && ch.New != nil {
 				t.Errorf("a %s's change claims new content: %+v", c.kind, ch.New)
 			}
 			out, err := exec.Command(cli, "--socket", h.socket, "approvals").CombinedOutput()

@@ -577,6 +577,18 @@ func TestApprovalScreen(t *testing.T) {
 			}
 		})
 	}
+	// The ledger holds what the agent gave (the name with ESC[8m, the
+	// task with U+202E): `sluice audit tail` shows it escaped too.
+	out, err := exec.Command(cli, "audit", "tail", "-n", "1000", filepath.Join(h.stateDir, "audit.jsonl")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sluice audit tail: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `a\x1b[8mb.txt`) {
+		t.Errorf("audit tail lacks the escaped name:\n%s", out)
+	}
+	if esc, n := termsafe.Escape(string(out), true); n != 0 {
+		t.Errorf("audit tail writes %d raw control/invisible characters:\n%s", n, esc)
+	}
 }
 
 // sluiceCLI is bin/sluice from $SLUICE_BIN_DIR (make build), else built.

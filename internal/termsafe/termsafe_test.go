@@ -85,3 +85,24 @@ func FuzzEscape(f *testing.F) {
 		}
 	})
 }
+
+// TestWriter: a stream cut anywhere, even inside a character, comes out
+// as Escape writes it whole.
+func TestWriter(t *testing.T) {
+	for _, c := range escapeCases {
+		if !c.text {
+			continue
+		}
+		for step := 1; step <= 4; step++ {
+			var out strings.Builder
+			w := NewWriter(&out)
+			for i := 0; i < len(c.in); i += step {
+				w.Write([]byte(c.in[i:min(i+step, len(c.in))]))
+			}
+			w.Flush()
+			if out.String() != c.want || w.Hidden != c.n {
+				t.Errorf("%s in writes of %d: %q, %d; want %q, %d", c.name, step, out.String(), w.Hidden, c.want, c.n)
+			}
+		}
+	}
+}

@@ -378,8 +378,12 @@ type ApprovalChange struct {
 	Diff          string `json:"diff,omitempty"`
 	DiffTruncated bool   `json:"diff_truncated,omitempty"`
 	Binary        bool   `json:"binary,omitempty"`
-	// Current is the file as it is now (absent: it does not exist).
-	Current *FileState `json:"current,omitempty"`
+	// Current is the file as it is now (absent: it does not exist, unless
+	// CurrentUnknown: it could not be looked at now, e.g. it is not a
+	// regular file or the tool's root is gone; the write's if_match is
+	// still checked when it commits).
+	Current        *FileState `json:"current,omitempty"`
+	CurrentUnknown bool       `json:"current_unknown,omitempty"`
 	// New is what a write would leave.
 	New *FileState `json:"new,omitempty"`
 	// Argv is what an execute call would run.

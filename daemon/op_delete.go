@@ -30,5 +30,7 @@ func execDelete(c *call, _ func(string, []byte)) *outcome {
 // showFileNow adds the file a parked delete would remove, as it is now:
 // its size and digest (by size alone over the hash cap).
 func showFileNow(ctx context.Context, d *Daemon, p *policy, pk *parked, ch *api.ApprovalChange) {
-	ch.Current, _, _ = d.currentFile(ctx, p, &pk.shown)
+	var known bool
+	ch.Current, _, known = d.currentFile(ctx, p, &pk.shown)
+	ch.CurrentUnknown = !known
 }

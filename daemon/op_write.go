@@ -71,13 +71,12 @@ func writeTempName(id string) string { return fileop.TempPrefix + id }
 // beneath the tool's root under the manifest in force now, through fds
 // (never by a path string), as the approved write will reach it.
 func showWriteNow(ctx context.Context, d *Daemon, p *policy, pk *parked, ch *api.ApprovalChange) {
-	content, ok := d.parkedContent(pk)
-	if !ok {
-		return // sizes and digests only
-	}
 	cur, old, known := d.currentFile(ctx, p, &pk.shown)
-	ch.Current = cur
+	ch.Current, ch.CurrentUnknown = cur, !known
+	content, ok := d.parkedContent(pk)
 	switch {
+	case !ok:
+		// The call ended while it was listed: sizes and digests only.
 	case !known:
 		// The file cannot be looked at now: sizes and digests only.
 	case !isText(content) || !isText(old):

@@ -159,6 +159,8 @@ func printChange(w io.Writer, a api.Approval, s *screen) {
 	}
 	state := func(what string, st *api.FileState) {
 		switch {
+		case st == nil && what == "current" && ch.CurrentUnknown:
+			fmt.Fprintf(&b, "  %s: (cannot be looked at now: not a regular file, or its root is gone)\n", what)
 		case st == nil:
 			fmt.Fprintf(&b, "  %s: (does not exist)\n", what)
 		case st.SHA256 == "":
@@ -167,7 +169,7 @@ func printChange(w io.Writer, a api.Approval, s *screen) {
 			fmt.Fprintf(&b, "  %s: %d bytes, %s\n", what, st.Size, s.field(st.SHA256))
 		}
 	}
-	if ch.Current != nil || ch.New != nil {
+	if ch.Current != nil || ch.CurrentUnknown || ch.New != nil {
 		state("current", ch.Current)
 	}
 	if ch.New != nil {

@@ -351,24 +351,57 @@ type Approval struct {
 	Change *ApprovalChange `json:"change,omitempty"`
 }
 
-// ApprovalChange shows an approver what a parked call would change.
+// ApprovalChange shows an approver what a parked call would change, as
+// the call's operation renders it (docs/design.md, "An operation is one
+// unit"): a client shows Summary, then Current and New, then Body or
+// Diff, whatever the operation, without knowing the operation.
+//
+// Every string in it comes from the agent. A client that writes it to a
+// terminal escapes what a terminal would act on or not draw (controls,
+// escape sequences, bidi and zero-width characters, invalid UTF-8) and
+// warns when HiddenChars is not zero (docs/security.md, "The third
+// review").
 type ApprovalChange struct {
+	// Kind is the operation that rendered the change (write, post, …).
+	Kind Operation `json:"kind,omitempty"`
+	// Summary is what the operation shows first, in order: a post's
+	// method and URL, a file tool's path, a command's argv (quoted as a
+	// shell reads it back).
+	Summary []ChangeField `json:"summary,omitempty"`
+	// HiddenChars counts the characters in Summary, Diff and Body that a
+	// terminal acts on or does not draw: a client shows them escaped and
+	// warns that the change contains them.
+	HiddenChars int `json:"hidden_chars,omitempty"`
 	// Diff is a unified diff of a write against the file's current
 	// content (bounded; DiffTruncated says it was cut). Empty for binary
 	// content, which is described by the sizes and digests alone.
 	Diff          string `json:"diff,omitempty"`
 	DiffTruncated bool   `json:"diff_truncated,omitempty"`
 	Binary        bool   `json:"binary,omitempty"`
-	// Current is the file as it is now (absent: it does not exist).
-	Current *FileState `json:"current,omitempty"`
+	// Current is the file as it is now (absent: it does not exist, unless
+	// CurrentUnknown: it could not be looked at now, e.g. it is not a
+	// regular file or the tool's root is gone; the write's if_match is
+	// still checked when it commits).
+	Current        *FileState `json:"current,omitempty"`
+	CurrentUnknown bool       `json:"current_unknown,omitempty"`
 	// New is what a write would leave.
 	New *FileState `json:"new,omitempty"`
 	// Argv is what an execute call would run.
 	Argv []string `json:"argv,omitempty"`
-	// URL and Body are what a post would send, and where (the body as
-	// the agent gave it; the ledger keeps only its digest).
-	URL  string          `json:"url,omitempty"`
-	Body json.RawMessage `json:"body,omitempty"`
+	// URL is where a post or fetch goes (also in Summary).
+	URL string `json:"url,omitempty"`
+	// Body is what a post would send, whole, as the agent gave it (the
+	// ledger keeps only its digest); BodyBytes and BodySHA256 are its
+	// length and digest, what an approval of it binds.
+	Body       json.RawMessage `json:"body,omitempty"`
+	BodyBytes  int64           `json:"body_bytes,omitempty"`
+	BodySHA256 string          `json:"body_sha256,omitempty"`
+}
+
+// ChangeField is one line of an approval's summary: "url" and the URL.
+type ChangeField struct {
+	Label string `json:"label"`
+	Value string `json:"value"`
 }
 
 // FileState is a file's size and content digest (no digest for a file

@@ -33,6 +33,9 @@ type Op struct {
 	// Streams: output events may leave before the result record is
 	// durable (they follow the durable decision). Only commands stream.
 	Streams bool
+	// Binds: an approval binds the call to its Args.Bound (a write's
+	// content, a post's body): approved, it must carry the same bytes.
+	Binds bool
 
 	validate []validator
 	// decode fills a from a request's args: type errors are errors (the
@@ -45,6 +48,11 @@ type Op struct {
 	decide     func(t *Tool, ix *toolIndex, req *Request) Decision
 	schema     func(t *Tool) map[string]any
 	describe   func(t *Tool) string
+	// show fills what an approver is shown of a call, as far as its args
+	// say (a write's new digest, a post's URL and body digest); the
+	// daemon's half adds what needs the kernel or the parked body (the
+	// file as it is now, a diff, the body itself).
+	show func(t *Tool, a *Args, ch *api.ApprovalChange)
 }
 
 // Resolve says what a path-taking operation needs from the kernel.
@@ -100,6 +108,10 @@ type Args struct {
 	Headers   map[string]string
 	Body      []byte
 	BodyBytes int64
+	// Bound is what an approval of the call binds it to: a write's
+	// content, a post's body (the approver saw it; the approved call must
+	// carry the same bytes). Nil when the operation binds none.
+	Bound []byte
 	// Invalid is set when the args fit the schema's types but not its
 	// rules (a required key missing, both content forms given).
 	Invalid string
@@ -146,6 +158,27 @@ func (o *Op) ArgsFromRecord(t *Tool, rec []byte) (a Args, ok bool) {
 		return a, false
 	}
 	return a, o.fromRecord(t, rec, &a)
+}
+
+// Approval is how an approver is shown a call of tool t with args a
+// (docs/design.md §2, "An operation is one unit"), as far as the args
+// say; every client renders it without knowing the operation.
+func (o *Op) Approval(t *Tool, a *Args) *api.ApprovalChange {
+	ch := &api.ApprovalChange{Kind: o.Name}
+	if o.show != nil {
+		o.show(t, a, ch)
+	}
+	return ch
+}
+
+// showPath is a file tool's approval: its path, and its precondition.
+func showPath(_ *Tool, a *Args, ch *api.ApprovalChange) {
+	if a.Path != nil {
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "path", Value: *a.Path})
+	}
+	if a.IfMatch != "" {
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "if_match", Value: a.IfMatch})
+	}
 }
 
 // Schema is the JSON Schema of t's args, for /v1/tools.

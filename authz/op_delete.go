@@ -16,6 +16,8 @@ var opDelete = Op{
 	Resolve:  ResolveParent,
 	Effects:  true,
 	validate: []validator{validateRoots},
+	// An approver sees the path; the daemon adds the file as it is now.
+	show: showPath,
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var da api.DeleteArgs
 		if err := strictArgs(raw, &da); err != nil {

@@ -72,6 +72,30 @@ var opExecute = Op{
 		return s
 	},
 	describe: func(*Tool) string { return "Run one of the allowed commands in a sandbox." },
+	// An approver sees the argv (the tool's only command when the call
+	// gives none), quoted as a shell reads it back.
+	show: func(t *Tool, a *Args, ch *api.ApprovalChange) {
+		argv := a.Argv
+		if argv == nil && len(t.Commands) == 1 {
+			argv = t.Commands[0]
+		}
+		ch.Argv = argv
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "run", Value: QuoteArgv(argv)})
+	},
+}
+
+// QuoteArgv writes argv as a shell would read it back: each element that
+// is not plainly safe in single quotes.
+func QuoteArgv(argv []string) string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
+			out[i] = a
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
 }
 
 func noRoots(key string, t *Tool) error {

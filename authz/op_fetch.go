@@ -3,6 +3,7 @@ package authz
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -69,6 +70,19 @@ var opFetch = Op{
 			return deny(api.ReasonEgressDenied, ix.key+".allowed_headers")
 		}
 		return decideAddrs(t, ix, req, tgt, ruleKey(ix, rule))
+	},
+	// An approver sees the method, the whole URL (its query string is
+	// what a fetch carries out) and the headers as the ledger keeps them.
+	show: func(t *Tool, a *Args, ch *api.ApprovalChange) {
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "method", Value: a.Method})
+		if a.URL != nil {
+			ch.URL = *a.URL
+			ch.Summary = append(ch.Summary, api.ChangeField{Label: "url", Value: *a.URL})
+		}
+		rec := recordHeaders(a.Headers)
+		for _, k := range slices.Sorted(maps.Keys(rec)) {
+			ch.Summary = append(ch.Summary, api.ChangeField{Label: "header", Value: k + ": " + rec[k]})
+		}
 	},
 	schema: func(t *Tool) map[string]any {
 		return map[string]any{

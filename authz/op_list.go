@@ -24,6 +24,7 @@ var opList = Op{
 		})
 	},
 	schema: pathSchema(nil),
+	show:   showPath,
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("List a directory beneath %s: one JSON object per entry.", strings.Join(t.Roots, ", "))
 	},

@@ -18,6 +18,7 @@ var opPost = Op{
 	Keys:     []string{"webhooks", "max_request_bytes", "schemes", "insecure_allow_private", "timeout_ms"},
 	Resolve:  ResolveNet,
 	Effects:  true,
+	Binds:    true,
 	validate: []validator{validateNet},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var pa api.PostArgs
@@ -29,6 +30,7 @@ var opPost = Op{
 			a.Body = pa.Body
 		}
 		a.BodyBytes = int64(len(a.Body))
+		a.Bound = a.Body
 		switch {
 		case pa.URL == nil:
 			a.Invalid = "args.url: required"
@@ -79,6 +81,16 @@ var opPost = Op{
 				"body": map[string]any{"description": "The JSON body to send"},
 			},
 		}
+	},
+	// An approver sees the method, the whole URL and the body's size and
+	// digest (what the approval binds); the daemon adds the body itself.
+	show: func(t *Tool, a *Args, ch *api.ApprovalChange) {
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "method", Value: "POST"})
+		if a.URL != nil {
+			ch.URL = *a.URL
+			ch.Summary = append(ch.Summary, api.ChangeField{Label: "url", Value: *a.URL})
+		}
+		ch.BodyBytes, ch.BodySHA256 = int64(len(a.Body)), sha256Of(a.Body)
 	},
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Post a JSON body to %s.", strings.Join(t.Webhooks, ", "))

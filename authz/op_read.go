@@ -27,6 +27,7 @@ var opRead = Op{
 		})
 	},
 	schema: pathSchema(nil),
+	show:   showPath,
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Read a file (up to %d bytes) beneath %s.", t.EffectiveMaxBytes(), strings.Join(t.Roots, ", "))
 	},

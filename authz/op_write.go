@@ -25,6 +25,7 @@ var opWrite = Op{
 	Keys:     []string{"roots", "mode", "file_mode"},
 	Resolve:  ResolveParent,
 	Effects:  true,
+	Binds:    true,
 	validate: []validator{validateRoots, validateWriteMode},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var wa api.WriteArgs
@@ -56,6 +57,7 @@ var opWrite = Op{
 			a.Content = b
 		}
 		a.ContentBytes = int64(len(a.Content))
+		a.Bound = a.Content
 		// No file body in the ledger: its digest and length only.
 		rec := map[string]any{"content_sha256": sha256Of(a.Content), "content_len": len(a.Content), "mode": a.Mode}
 		if wa.Path != nil {
@@ -109,6 +111,14 @@ var opWrite = Op{
 			"description": "create (the file must not exist), overwrite (it must), or create_or_overwrite (default)"},
 		"if_match": map[string]any{"type": "string", "description": `"sha256:<hex>" of the current content, or "absent"; checked when the write commits`},
 	}),
+	// An approver sees the path, the mode and the new content's size and
+	// digest (what the approval binds); the daemon adds the file as it is
+	// now and a diff.
+	show: func(t *Tool, a *Args, ch *api.ApprovalChange) {
+		showPath(t, a, ch)
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "mode", Value: string(a.Mode)})
+		ch.New = &api.FileState{Size: int64(len(a.Content)), SHA256: sha256Of(a.Content)}
+	},
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Write a file beneath %s (atomically; returns its new sha256 for the next if_match).", strings.Join(t.Roots, ", "))
 	},

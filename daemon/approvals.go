@@ -51,9 +51,13 @@ type parkedView struct {
 	callID, principal, tool, task string
 	args                          json.RawMessage
 	t                             *authz.Tool
-	path, url                     string
-	argv                          []string
+	op                            *opSpec
+	path                          string
 	res                           *authz.Resource
+	// change is what the call's operation shows an approver of it, as
+	// far as its args say (authz.Op.Approval, made when it parked); the
+	// operation's daemon half adds the rest when it is listed.
+	change *api.ApprovalChange
 }
 
 type approvalVerdict struct {
@@ -189,19 +193,16 @@ func (c *call) awaitApproval(em emitter) bool {
 		return false
 	}
 	c.closeHandles()
-	c.dropBody()
 	pk.shown = parkedView{callID: c.id, principal: c.areq.Principal, tool: c.req.Tool, task: c.req.Task, args: c.argsRecord,
-		t: c.tool, argv: c.areq.Argv}
+		t: c.tool, op: c.op, change: c.op.Approval(c.tool, &c.args)}
 	if c.areq.Path != nil {
 		pk.shown.path = *c.areq.Path
-	}
-	if c.areq.URL != nil {
-		pk.shown.url = *c.areq.URL
 	}
 	if c.dec.Resource != nil {
 		r := *c.dec.Resource
 		pk.shown.res = &r
 	}
+	c.dropBody()
 	// Parked before it is announced: an approver quick enough to act on
 	// the pending event must find it.
 	c.d.approvals.park(pk)
@@ -283,22 +284,17 @@ func (c *call) awaitApproval(em emitter) bool {
 // execute call's argv (one of the manifest's commands) and the decision.
 func (c *call) dropBody() {
 	c.body, c.req.Args, c.content, c.postBody = nil, nil, nil, nil
+	c.args = authz.Args{}
 }
 
 // boundContent is what an approval binds a call to: a write's content or
 // a post's body (the approver saw it; the approved call must carry the
 // same bytes).
 func (dc *decoded) boundContent() ([]byte, bool) {
-	if dc.tool == nil {
+	if dc.op == nil || !dc.op.Binds {
 		return nil, false
 	}
-	switch dc.tool.Operation {
-	case api.OpWrite:
-		return dc.content, true
-	case api.OpPost:
-		return dc.postBody, true
-	}
-	return nil, false
+	return dc.args.Bound, true
 }
 
 // denyAfterApproval ends a parked call with a final denial.

@@ -3,6 +3,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 
 	"github.com/sluicehq/sluice/api"
@@ -24,4 +25,12 @@ func execDelete(c *call, _ func(string, []byte)) *outcome {
 		return c.commitOutcome(err, "delete")
 	}
 	return c.committed(err, "delete", res.SHA256, res.Size)
+}
+
+// showFileNow adds the file a parked delete would remove, as it is now:
+// its size and digest (by size alone over the hash cap).
+func showFileNow(ctx context.Context, d *Daemon, p *policy, pk *parked, ch *api.ApprovalChange) {
+	var known bool
+	ch.Current, _, known = d.currentFile(ctx, p, &pk.shown)
+	ch.CurrentUnknown = !known
 }

@@ -154,3 +154,11 @@ func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
 }
+
+// showBodyNow adds a parked post's body, read back from the spill and
+// checked against the digest the approval binds.
+func showBodyNow(_ context.Context, d *Daemon, _ *policy, pk *parked, ch *api.ApprovalChange) {
+	if body, ok := d.parkedContent(pk); ok {
+		ch.Body = body
+	}
+}

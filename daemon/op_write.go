@@ -3,6 +3,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 
@@ -63,3 +64,31 @@ func execWrite(c *call, _ func(string, []byte)) *outcome {
 // writeTempName is the temporary name a write of call id uses beside its
 // target: recovery derives it from the decision record the same way.
 func writeTempName(id string) string { return fileop.TempPrefix + id }
+
+// showWriteNow adds the file as it is now and a unified diff of the new
+// content (read back from the spill, and checked to be the content whose
+// digest the call carries) against it. The current file is reached
+// beneath the tool's root under the manifest in force now, through fds
+// (never by a path string), as the approved write will reach it.
+func showWriteNow(ctx context.Context, d *Daemon, p *policy, pk *parked, ch *api.ApprovalChange) {
+	cur, old, known := d.currentFile(ctx, p, &pk.shown)
+	ch.Current, ch.CurrentUnknown = cur, !known
+	content, ok := d.parkedContent(pk)
+	switch {
+	case !ok:
+		// The call ended while it was listed: sizes and digests only.
+	case !known:
+		// The file cannot be looked at now: sizes and digests only.
+	case !isText(content) || !isText(old):
+		ch.Binary = true
+	case old == nil && cur != nil, len(content) > maxDiffInput:
+		ch.DiffTruncated = true // too large to diff
+	default:
+		name := pk.shown.path
+		oldName := name
+		if cur == nil {
+			oldName = ""
+		}
+		ch.Diff, ch.DiffTruncated, _ = unifiedDiff(oldName, name, string(old), string(content))
+	}
+}

@@ -3,6 +3,8 @@
 package daemon
 
 import (
+	"context"
+
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 )
@@ -20,19 +22,23 @@ type opSpec struct {
 	// a cold container) while an allowed call's decision is made durable;
 	// exec picks it up.
 	prepare func(c *call)
+	// show, when set, adds to what an approver is shown of a parked call
+	// (authz.Op.Approval, from its args) what needs the kernel or the
+	// parked body: a write's diff, a delete's file, a post's body.
+	show func(ctx context.Context, d *Daemon, p *policy, pk *parked, ch *api.ApprovalChange)
 }
 
 var operations = map[api.Operation]*opSpec{
 	api.OpRead:   {exec: execRead},
 	api.OpList:   {exec: execList},
-	api.OpWrite:  {exec: execWrite},
-	api.OpDelete: {exec: execDelete},
+	api.OpWrite:  {exec: execWrite, show: showWriteNow},
+	api.OpDelete: {exec: execDelete, show: showFileNow},
 	api.OpExecute: {
 		exec:    func(c *call, onChunk func(string, []byte)) *outcome { return c.runExec(onChunk) },
 		prepare: (*call).startCold,
 	},
 	api.OpFetch: {exec: execFetch},
-	api.OpPost:  {exec: execPost},
+	api.OpPost:  {exec: execPost, show: showBodyNow},
 }
 
 func init() {

@@ -47,6 +47,10 @@ type decoded struct {
 	ifMatch  string // write, delete
 	method   string // fetch: GET or HEAD
 	postBody []byte // post: the JSON body
+
+	// args are the args as the operation decoded them: what an approver
+	// is shown of the call, and what an approval binds (args.Bound).
+	args authz.Args
 }
 
 // decodeCall parses a /v1/calls body under manifest m. Type errors and
@@ -103,6 +107,7 @@ func decodeCall(m *authz.Manifest, body []byte) (*decoded, error) {
 	dc.areq = a.Request("", dc.req.Tool)
 	dc.content, dc.ifMatch, dc.argsRecord = a.Content, a.IfMatch, a.Record
 	dc.method, dc.postBody = a.Method, a.Body
+	dc.args = a
 	return dc, nil
 }
 

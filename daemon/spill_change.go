@@ -14,70 +14,49 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/termsafe"
 )
 
 // maxDiffInput is the most of either side of a write that is diffed;
 // larger files are shown by size and digest only.
 const maxDiffInput = 1 << 20
 
-// approvalChange is what a parked call would change, for the approver
-// (finding: an approver of a write saw only a digest). A write shows a
-// unified diff of its content (read back from the spill, and checked to
-// be the content whose digest the call carries) against the file as it
-// is now; a delete shows the file's size and digest; an execute call its
-// argv. The current file is reached beneath the tool's root under the
-// manifest in force now, through fds (never by a path string), as the
-// approved call will reach it. Nothing here binds the approval: the
-// write is bound to its content digest, and to the file's only through
-// its if_match, checked when it commits, as ever.
+// approvalChange is what a parked call would change, for the approver,
+// as its operation renders it (docs/design.md §2, "An operation is one
+// unit"): what the args say, made when the call parked (authz.Op.Approval),
+// and what the operation's daemon half adds now (opSpec.show: a write's
+// diff against the file as it is, a delete's file, a post's body). Then
+// every character of it that a terminal would act on or not draw is
+// counted (HiddenChars), so that every client can warn (docs/security.md,
+// "The third review": a diff with a CR and ESC[2K showed an approver
+// `+echo done` for a curl line). Nothing here binds the approval: a write
+// and a post are bound to their content digest, and a write to the file
+// only through its if_match, checked when it commits, as ever.
 func (d *Daemon) approvalChange(ctx context.Context, p *policy, pk *parked) *api.ApprovalChange {
 	v := &pk.shown
-	if v.t == nil {
+	if v.change == nil {
 		return nil
 	}
-	switch v.t.Operation {
-	case api.OpExecute:
-		argv := v.argv
-		if argv == nil && len(v.t.Commands) == 1 {
-			argv = v.t.Commands[0]
-		}
-		return &api.ApprovalChange{Argv: argv}
-	case api.OpDelete:
-		cur, _, _ := d.currentFile(ctx, p, v)
-		return &api.ApprovalChange{Current: cur}
-	case api.OpPost:
-		body, ok := d.parkedContent(pk)
-		if !ok {
-			return nil
-		}
-		return &api.ApprovalChange{URL: v.url, Body: body, New: &api.FileState{Size: int64(len(body)), SHA256: pk.content}}
-	case api.OpWrite:
-	default:
-		return nil
+	ch := *v.change
+	if v.op != nil && v.op.show != nil {
+		v.op.show(ctx, d, p, pk, &ch)
 	}
-	content, ok := d.parkedContent(pk)
-	if !ok {
-		return nil
+	ch.HiddenChars = hiddenChars(&ch)
+	return &ch
+}
+
+// hiddenChars counts what termsafe would escape in ch: its summary as
+// single-line fields, its diff and body as text.
+func hiddenChars(ch *api.ApprovalChange) int {
+	n := 0
+	for _, f := range ch.Summary {
+		_, k := termsafe.Escape(f.Value, false)
+		n += k
 	}
-	ch := &api.ApprovalChange{New: &api.FileState{Size: int64(len(content)), SHA256: pk.content}}
-	cur, old, known := d.currentFile(ctx, p, v)
-	ch.Current = cur
-	switch {
-	case !known:
-		// The file cannot be looked at now: sizes and digests only.
-	case !isText(content) || !isText(old):
-		ch.Binary = true
-	case old == nil && cur != nil, len(content) > maxDiffInput:
-		ch.DiffTruncated = true // too large to diff
-	default:
-		name := v.path
-		oldName := name
-		if cur == nil {
-			oldName = ""
-		}
-		ch.Diff, ch.DiffTruncated, _ = unifiedDiff(oldName, name, string(old), string(content))
-	}
-	return ch
+	_, k := termsafe.Escape(ch.Diff, true)
+	n += k
+	_, k = termsafe.Escape(string(ch.Body), true)
+	return n + k
 }
 
 func isText(b []byte) bool { return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0 }

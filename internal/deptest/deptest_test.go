@@ -71,7 +71,7 @@ func forbidden(pkg, imp string) string {
 		if ours || thirdParty {
 			return pkg + " is a leaf on the standard library"
 		}
-	case "internal/strictjson", "internal/foldname", "internal/jsonenc", "internal/redact":
+	case "internal/strictjson", "internal/foldname", "internal/jsonenc", "internal/redact", "internal/termsafe":
 		switch imp {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix":
 			return pkg + " is pure: no syscalls, no I/O"

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -8,24 +10,36 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/termsafe"
 )
 
 const approvalsHelp = `Usage: sluice approvals [--watch] [--json]
 
 List the calls waiting for a human (approver principals only): approval
 id, who asked, the tool, its args (file bodies appear as digests) and when
-the approval expires, then what each call would change: for a write, a
-unified diff of the new content against the file as it is now (binary or
-very large content: sizes and sha256 digests only), for a delete the
-file's size and digest, for a command its argv. Decide one with
-"sluice approve ID" or "sluice deny ID". An approved write writes the
-content whose digest is shown; the file itself is checked again (its
-if_match) only when the write commits.
+the approval expires, then what each call would do, as its operation shows
+it: a post's method, whole URL and body (the first 4 KiB, its size and
+sha256); a fetch's method and URL; a write's path, the file as it is now
+and a unified diff of the new content against it (binary or very large
+content: sizes and sha256 digests only); a delete's path and the file's
+size and digest; a command's argv. Decide one with "sluice approve ID" or
+"sluice deny ID". An approved write writes the content whose digest is
+shown, an approved post sends the body whose digest is shown; the file
+itself is checked again (its if_match) only when the write commits.
+
+Everything shown comes from the agent. Control characters, escape
+sequences, bidi overrides, zero-width and other invisible characters and
+invalid UTF-8 are never written to the terminal: they are shown escaped
+(\r, \x1b, \u202e, \xff), and a change that holds any says so first:
+  ! this change contains 3 control/invisible characters, shown escaped
+With no such line, every backslash shown is in the content itself.
 
   --watch   keep listing: print each new waiting call as it arrives (Ctrl-C stops)
-  --json    print JSON
+  --json    print JSON (strings as the daemon sent them: not for a terminal)
 `
 
 func (e *env) approvals(args []string) int {
@@ -74,12 +88,15 @@ func (e *env) approvals(args []string) int {
 			if first {
 				fmt.Fprintln(tw, "APPROVAL\tPRINCIPAL\tTOOL\tARGS\tTASK\tEXPIRES")
 			}
-			for _, a := range fresh {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.ApprovalID, a.Principal, a.Tool, a.Args, dash(a.Task), a.ExpiresAt)
+			shown := make([]screen, len(fresh))
+			for i, a := range fresh {
+				s := &shown[i]
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.field(a.ApprovalID), s.field(a.Principal), s.field(a.Tool),
+					s.field(string(a.Args)), s.field(dash(a.Task)), s.field(a.ExpiresAt))
 			}
 			tw.Flush()
-			for _, a := range fresh {
-				printChange(e.stdout, a)
+			for i, a := range fresh {
+				printChange(e.stdout, a, &shown[i])
 			}
 		case first && !*watch:
 			fmt.Fprintln(e.stdout, "no calls are waiting for approval")
@@ -95,60 +112,135 @@ func (e *env) approvals(args []string) int {
 	}
 }
 
-// printChange shows what one waiting call would change.
-func printChange(w io.Writer, a api.Approval) {
+// screen escapes what goes to the terminal (termsafe.Escape) and counts
+// what it escaped, for the warning.
+type screen struct{ hidden int }
+
+// field is one value on one line: newlines and tabs are escaped too.
+func (s *screen) field(v string) string {
+	out, n := termsafe.Escape(v, false)
+	s.hidden += n
+	return out
+}
+
+// text is lines of text (a diff, a body): newlines and tabs stay.
+func (s *screen) text(v string) string {
+	out, n := termsafe.Escape(v, true)
+	s.hidden += n
+	return out
+}
+
+// maxShownBody is how much of a post's body the screen shows; the rest is
+// told by its length and the whole body's digest.
+const maxShownBody = 4 << 10
+
+// printChange shows what one waiting call would do, as its operation
+// rendered it (api.ApprovalChange): its summary, the file as it is now
+// and as it would be, a body, a diff. Nothing here knows the operation.
+// Every string is escaped; a warning comes first when anything was (or
+// the daemon counted more than is shown: a body's tail).
+func printChange(w io.Writer, a api.Approval, s *screen) {
 	ch := a.Change
 	if ch == nil {
 		return
 	}
-	fmt.Fprintf(w, "\n%s (%s, %s) would:\n", a.ApprovalID, a.Principal, a.Tool)
+	var b strings.Builder
+	line := func(label, value string) { fmt.Fprintf(&b, "  %s: %s\n", label, s.field(value)) }
+	for _, f := range ch.Summary {
+		line(f.Label, f.Value)
+	}
+	if len(ch.Summary) == 0 { // a daemon from before summaries
+		if ch.Argv != nil {
+			line("run", authz.QuoteArgv(ch.Argv))
+		}
+		if ch.URL != "" {
+			line("url", ch.URL)
+		}
+	}
 	state := func(what string, st *api.FileState) {
-		if st == nil {
-			fmt.Fprintf(w, "  %s: (does not exist)\n", what)
-			return
+		switch {
+		case st == nil && what == "current" && ch.CurrentUnknown:
+			fmt.Fprintf(&b, "  %s: (cannot be looked at now: not a regular file, or its root is gone)\n", what)
+		case st == nil:
+			fmt.Fprintf(&b, "  %s: (does not exist)\n", what)
+		case st.SHA256 == "":
+			fmt.Fprintf(&b, "  %s: %d bytes (over 64 MiB: not hashed)\n", what, st.Size)
+		default:
+			fmt.Fprintf(&b, "  %s: %d bytes, %s\n", what, st.Size, s.field(st.SHA256))
 		}
-		if st.SHA256 == "" {
-			fmt.Fprintf(w, "  %s: %d bytes (over 64 MiB: not hashed)\n", what, st.Size)
-			return
-		}
-		fmt.Fprintf(w, "  %s: %d bytes, %s\n", what, st.Size, st.SHA256)
 	}
-	switch {
-	case ch.Argv != nil:
-		fmt.Fprintf(w, "  run: %s\n", quoteArgv(ch.Argv))
-		return
-	case ch.New == nil:
-		fmt.Fprintln(w, "  delete the file")
+	if ch.Current != nil || ch.CurrentUnknown || ch.New != nil {
 		state("current", ch.Current)
-		return
 	}
-	fmt.Fprintln(w, "  write the file")
-	state("current", ch.Current)
-	state("new", ch.New)
+	if ch.New != nil {
+		state("new", ch.New)
+	}
+	if ch.Body != nil || ch.BodySHA256 != "" {
+		printBody(&b, ch, s)
+	}
 	switch {
 	case ch.Binary:
-		fmt.Fprintln(w, "  (binary content: no diff; compare the digests)")
+		fmt.Fprintln(&b, "  (binary content: no diff; compare the digests)")
 	case ch.Diff != "":
-		fmt.Fprint(w, ch.Diff)
+		d := s.text(ch.Diff)
+		b.WriteString(d)
+		if !strings.HasSuffix(d, "\n") {
+			b.WriteString("\n")
+		}
 		if ch.DiffTruncated {
-			fmt.Fprintln(w, "  (diff cut at 64 KiB: compare the digests)")
+			fmt.Fprintln(&b, "  (diff cut at 64 KiB: compare the digests)")
 		}
 	case ch.DiffTruncated:
-		fmt.Fprintln(w, "  (too large to diff: compare the sizes and digests)")
+		fmt.Fprintln(&b, "  (too large to diff: compare the sizes and digests)")
 	}
+	verb := "would"
+	if ch.Kind != "" {
+		verb += " " + s.field(string(ch.Kind))
+	}
+	fmt.Fprintf(w, "\n%s (%s, %s) %s:\n", s.field(a.ApprovalID), s.field(a.Principal), s.field(a.Tool), verb)
+	if n := max(s.hidden, ch.HiddenChars); n > 0 {
+		plural := "s"
+		if n == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(w, "  ! this change contains %d control/invisible character%s, shown escaped\n", n, plural)
+	}
+	io.WriteString(w, b.String())
 }
 
-// quoteArgv writes argv as a shell would read it back.
-func quoteArgv(argv []string) string {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%") == "" {
-			out[i] = a
-			continue
-		}
-		out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+// printBody shows a post's body: its length and digest, then at most
+// maxShownBody bytes of it (cut on a character), indented, and how much
+// more there is.
+func printBody(b *strings.Builder, ch *api.ApprovalChange, s *screen) {
+	size, sum := ch.BodyBytes, ch.BodySHA256
+	if size == 0 {
+		size = int64(len(ch.Body))
 	}
-	return strings.Join(out, " ")
+	if sum == "" {
+		h := sha256.Sum256(ch.Body)
+		sum = "sha256:" + hex.EncodeToString(h[:])
+	}
+	fmt.Fprintf(b, "  body: %d bytes, %s\n", size, s.field(sum))
+	if ch.Body == nil {
+		fmt.Fprintln(b, "    (the body cannot be shown now: compare the digest)")
+		return
+	}
+	body := ch.Body
+	if len(body) > maxShownBody {
+		cut := maxShownBody
+		for k := 0; k < utf8.UTFMax && cut > 0 && !utf8.RuneStart(body[cut]); k++ {
+			cut--
+		}
+		body = body[:cut]
+	}
+	for _, l := range strings.SplitAfter(s.text(string(body)), "\n") {
+		if l != "" {
+			b.WriteString("    " + strings.TrimSuffix(l, "\n") + "\n")
+		}
+	}
+	if more := len(ch.Body) - len(body); more > 0 {
+		fmt.Fprintf(b, "    (%d more bytes not shown; the whole body has the sha256 above)\n", more)
+	}
 }
 
 func dash(s string) string {

@@ -93,7 +93,7 @@ func (e *env) auditVerify(args []string) int {
 		failed = true
 	}
 	for _, t := range rep.Truncations {
-		fmt.Fprintf(e.stdout, "TRUNCATED at seq %d (%s): %s\n", t.Seq, t.Time, t.Detail)
+		fmt.Fprintf(e.stdout, "TRUNCATED at seq %d (%s): %s\n", t.Seq, safeLine(t.Time), safeLine(t.Detail))
 		failed = failed || !*acceptTrunc
 	}
 	if failed {
@@ -151,8 +151,9 @@ func (e *env) auditTail(args []string) int {
 		}
 		return nil
 	})
+	// A record's args, resource and detail are the agent's: escaped.
 	for _, l := range last {
-		fmt.Fprintln(e.stdout, l)
+		fmt.Fprintln(e.stdout, safeLine(l))
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "sluice audit tail: stopped: %v (run 'sluice audit verify %s')\n", err, path)
@@ -182,9 +183,9 @@ func (e *env) auditTail(args []string) int {
 		}
 		var r audit.Record
 		if jerr := audit.DecodeLine(partial, &r); jerr == nil {
-			fmt.Fprintln(e.stdout, audit.Summary(&r))
+			fmt.Fprintln(e.stdout, safeLine(audit.Summary(&r)))
 		} else {
-			fmt.Fprintf(e.stdout, "?? unreadable record: %v\n", jerr)
+			fmt.Fprintf(e.stdout, "?? unreadable record: %s\n", safeLine(jerr.Error()))
 		}
 		partial = partial[:0]
 	}

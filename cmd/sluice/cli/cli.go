@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/termsafe"
 )
 
 // Exit codes.
@@ -123,6 +124,24 @@ type env struct {
 
 func (e *env) client() *client.Client { return client.New(e.socket) }
 
+// isTerminal reports whether w is a terminal (a character device), where
+// what an agent controls is written escaped (termsafe).
+var isTerminal = func(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// safeLine is one line of agent-controlled text for a terminal or a log:
+// everything a terminal would act on or not draw shown escaped.
+func safeLine(s string) string {
+	out, _ := termsafe.Escape(s, false)
+	return out
+}
+
 // parse parses flags that may come before or after positional arguments.
 func (e *env) parse(fs *flag.FlagSet, args []string, help string) ([]string, int, bool) {
 	fs.SetOutput(io.Discard)
@@ -189,6 +208,40 @@ func (e *env) call(args []string) int {
 	c := e.client()
 	defer c.Close()
 	req := api.CallRequest{Tool: pos[0], Args: json.RawMessage(*argsJSON), Task: *task}
+	// What the call returns is the agent's world (a file, a command's
+	// output, a web page): to a terminal it goes escaped, so that nothing
+	// in it can act on the terminal or hide itself (docs/security.md, "The
+	// third review"); to a pipe or a file, as it is.
+	stdout, stderr := io.Writer(e.stdout), io.Writer(e.stderr)
+	var tout, terr *termsafe.Writer
+	if !*asJSON {
+		if isTerminal(e.stdout) {
+			tout = termsafe.NewWriter(e.stdout)
+			stdout = tout
+		}
+		if isTerminal(e.stderr) {
+			terr = termsafe.NewWriter(e.stderr)
+			stderr = terr
+		}
+	}
+	finished := false
+	finish := func() {
+		if finished {
+			return
+		}
+		finished = true
+		hidden := 0
+		for _, w := range []*termsafe.Writer{tout, terr} {
+			if w != nil {
+				w.Flush()
+				hidden += w.Hidden
+			}
+		}
+		if hidden > 0 {
+			fmt.Fprintf(e.stderr, "\nsluice: ! the output contains %d control/invisible characters, shown escaped (redirect it to a file to see it as it is)\n", hidden)
+		}
+	}
+	defer finish()
 	var res *api.CallResult
 	var err error
 	if *stream {
@@ -201,9 +254,9 @@ func (e *env) call(args []string) int {
 				fmt.Fprintf(e.stderr, "sluice: waiting for approval %s (an approver runs: sluice approve %s)\n", ev.ApprovalID, ev.ApprovalID)
 			}
 			if ev.Event == api.EventOutput {
-				w := e.stdout
+				w := stdout
 				if ev.Stream == "stderr" {
-					w = e.stderr
+					w = stderr
 				}
 				if ev.DataB64 != "" {
 					b, _ := base64.StdEncoding.DecodeString(ev.DataB64)
@@ -227,14 +280,15 @@ func (e *env) call(args []string) int {
 	} else if !*stream {
 		if res.OutputB64 != "" {
 			b, _ := base64.StdEncoding.DecodeString(res.OutputB64)
-			e.stdout.Write(b)
+			stdout.Write(b)
 		} else if res.Output != nil {
-			io.WriteString(e.stdout, *res.Output)
+			io.WriteString(stdout, *res.Output)
 		}
 		if res.Stderr != "" {
-			io.WriteString(e.stderr, res.Stderr)
+			io.WriteString(stderr, res.Stderr)
 		}
 	}
+	finish()
 	switch {
 	case res.Verdict != api.VerdictAllow:
 		if !*asJSON {

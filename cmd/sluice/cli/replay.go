@@ -89,8 +89,9 @@ func (e *env) replay(args []string) int {
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SEQ\tCALL\tPRINCIPAL\tTOOL\tPATH/ARGV\tRECORDED\tUNDER NEW\tRULE")
 		for _, c := range rep.Changes {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s %s\t%s %s\t%s\n", c.Seq, c.CallID, dash(c.Principal), c.Tool, dash(c.Subject),
-				c.Old, c.OldReason, c.New, c.NewReason, dash(c.Rule))
+			// The tool, path and argv are as the agent gave them: escaped.
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s %s\t%s %s\t%s\n", c.Seq, safeLine(c.CallID), safeLine(dash(c.Principal)),
+				safeLine(c.Tool), safeLine(dash(c.Subject)), c.Old, c.OldReason, c.New, c.NewReason, safeLine(dash(c.Rule)))
 		}
 		tw.Flush()
 	}

@@ -427,7 +427,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		out.SetEntryTimeout(uncached)
 		return nil, syscall.ENOENT
 	}
-	watched := n.v.w.watched(loc{n.m, n.rel})
+	l := loc{n.m, n.rel}
+	gen := n.v.w.gen.Load() // before watched is read (see watcher.missed)
+	watched := n.v.w.watched(l)
 	if !watched {
 		// Watch this directory before anything of it is handed out, so
 		// no change after this point goes unreported.
@@ -437,10 +439,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		}
 	}
 	in, errno := n.entry(ctx, &n.Inode, &node{v: n.v, hide: n.hide, m: n.m, rel: join(n.rel, name)}, out)
-	if errno == syscall.ENOENT && !watched {
-		// Missing here, where a creation would go unreported: answered
-		// as an error, which the kernel does not keep (go-fuse caches a
-		// miss, for NegativeTimeout, only when no timeout was set).
+	if errno == syscall.ENOENT && (!watched || !n.v.w.missed(l, name, gen)) {
+		// Missing here, where a creation would go unreported (or an
+		// overflow's reset could not drop the miss): answered as an
+		// error, which the kernel does not keep (go-fuse caches a miss,
+		// for NegativeTimeout, only when no timeout was set).
 		out.SetEntryTimeout(uncached)
 	}
 	return in, errno

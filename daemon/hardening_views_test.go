@@ -354,3 +354,78 @@ func mustString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// TestHardLinksUnderNever: a hard link to a never-listed file under an
+// innocent name (the fixture's workspace/src/innocent.txt, a link to
+// .env) is refused by a tool with never globs, since its other names
+// cannot be checked: a read, an overwrite and a delete answer
+// unsupported_file_type, and a container's cat of it fails (the view
+// answers EACCES at open). With hard_links "allow", or without never
+// globs, all of them work (docs/security.md, "The third review").
+func TestHardLinksUnderNever(t *testing.T) {
+	for _, tc := range []struct {
+		name, extra string
+		refused     bool
+	}{
+		{"never", `"never":[".env"]`, true},
+		{"never and hard_links allow", `"never":[".env"],"hard_links":"allow"`, false},
+		{"no never", `"max_bytes":4096`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testutil.RequireRoot(t)
+			fx := escapetest.Build(t)
+			tool := func(op, keys string) string {
+				return fmt.Sprintf(`{"operation":%q,%s,%s}`, op, keys, tc.extra)
+			}
+			m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{`+
+				`"read_file":`+tool("read", `"roots":["workspace/src"]`)+
+				`,"list_dir":`+tool("list", `"roots":["workspace/src"]`)+
+				`,"write_file":`+tool("write", `"roots":["workspace/src"]`)+
+				`,"delete_file":`+tool("delete", `"roots":["workspace/src"]`)+
+				`,"cat":`+tool("execute", `"mounts":["workspace/src"],"cwd":"workspace/src","commands":[["cat","innocent.txt"]],"pool":0`)+
+				`}}`)
+			h := start(t, m, securefs.ModeAuto, func(c *Config) { c.UIDRange = viewsUIDs })
+			leaks := func(what string, res *api.CallResult, body []byte) {
+				t.Helper()
+				got := strings.Contains(string(body), escapetest.Secret)
+				if tc.refused && (res.OK || got) {
+					t.Errorf("%s of a hard link to .env: ok=%v %s, %s", what, res.OK, res.Reason, body)
+				}
+				if !tc.refused && (!res.OK || !got) {
+					t.Errorf("%s of a hard link, allowed: ok=%v %s, %s", what, res.OK, res.Reason, body)
+				}
+			}
+			res, body := h.call("read_file", map[string]any{"path": "workspace/src/innocent.txt"})
+			leaks("read_file", res, body)
+			if tc.refused && res.Reason != api.ReasonUnsupportedFileType {
+				t.Errorf("read_file: %s, want unsupported_file_type", res.Reason)
+			}
+			res, body = h.call("cat", map[string]any{})
+			leaks("cat in a container", res, body)
+			// A listing shows the name (and its kind): the content is
+			// what is refused.
+			if res, body := h.call("list_dir", map[string]any{"path": "workspace/src"}); !res.OK || !strings.Contains(string(body), "innocent.txt") {
+				t.Errorf("list_dir: %s %s", res.Reason, body)
+			}
+			for _, c := range []struct {
+				tool string
+				args map[string]any
+			}{
+				{"write_file", map[string]any{"path": "workspace/src/innocent.txt", "content": "x", "mode": "overwrite"}},
+				{"delete_file", map[string]any{"path": "workspace/src/innocent.txt"}},
+			} {
+				res, body := h.call(c.tool, c.args)
+				switch {
+				case tc.refused && (res.OK || res.Reason != api.ReasonUnsupportedFileType):
+					t.Errorf("%s of a hard link to .env: %s, want unsupported_file_type: %s", c.tool, res.Reason, body)
+				case !tc.refused && !res.OK:
+					t.Errorf("%s of a hard link, allowed: %s %s", c.tool, res.Reason, body)
+				}
+			}
+			env, err := os.ReadFile(filepath.Join(fx.Base, "workspace/src/.env"))
+			if err != nil || !strings.HasPrefix(string(env), escapetest.Secret) {
+				t.Errorf(".env after the calls: %q %v", env, err)
+			}
+		})
+	}
+}

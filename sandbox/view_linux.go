@@ -40,12 +40,13 @@ const ViewTimeout = time.Second
 // NewView mounts a view of mounts in the runner's private rootfs area.
 // hide(i, rel) says whether the entry at rel in mount i is hidden;
 // maxOpen bounds the files one container holds open through it (0:
-// fsview.DefaultMaxOpen). The view answers only root and the uids of the
+// fsview.DefaultMaxOpen); refuseLinks refuses to open a regular file with
+// more than one link (fsview.Options.RefuseLinks). The view answers only root and the uids of the
 // live containers made from a Spec that names it (Spec.View): Create
 // admits a box's uid before its init runs, Destroy revokes it before the
 // uid goes back to the range. The view owns the sources' roots from here
 // on, also on error.
-func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, maxOpen int) (*View, error) {
+func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, maxOpen int, refuseLinks bool) (*View, error) {
 	srcs := make([]fsview.Source, len(mounts))
 	for i, m := range mounts {
 		srcs[i] = m.Source
@@ -57,7 +58,7 @@ func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, 
 		}
 		return nil, err
 	}
-	fv, err := fsview.Mount(dir, srcs, fsview.Options{Hide: hide, Timeout: ViewTimeout, MaxOpen: maxOpen})
+	fv, err := fsview.Mount(dir, srcs, fsview.Options{Hide: hide, Timeout: ViewTimeout, MaxOpen: maxOpen, RefuseLinks: refuseLinks})
 	if err != nil {
 		os.Remove(dir)
 		return nil, err

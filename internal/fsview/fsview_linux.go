@@ -56,6 +56,11 @@ type Options struct {
 	// container) holds open through the view at once; beyond it, open
 	// and opendir fail with EMFILE. Zero means DefaultMaxOpen.
 	MaxOpen int
+	// RefuseLinks refuses to open a regular file with more than one link
+	// (EACCES): another of its names, which Hide never sees, may be
+	// hidden (a hard link to .env under an innocent name). Its name and
+	// attributes still show, as a file tool's listing shows them.
+	RefuseLinks bool
 }
 
 // DefaultMaxOpen is Options.MaxOpen's default (the manifest's
@@ -74,6 +79,7 @@ type View struct {
 	done   chan struct{}
 	once   sync.Once
 	max    int64
+	links  bool // Options.RefuseLinks
 	root   *rootNode
 	w      *watcher
 	// short and long are the cache timeouts of unwatched and watched
@@ -131,7 +137,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 	}
 	setBudget()
 	setWatchBudget()
-	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), uids: map[uint32]*holder{},
+	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), links: opt.RefuseLinks, uids: map[uint32]*holder{},
 		short: opt.Timeout, long: opt.CacheTimeout}
 	root := &rootNode{v: v, hide: opt.Hide}
 	v.root = root
@@ -650,6 +656,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno := permits(ctx, &h.Stat, flags); errno != 0 {
 		return nil, 0, errno
 	}
+	if n.v.links && h.Stat.Nlink > 1 {
+		return nil, 0, syscall.EACCES
+	}
 	if errno := n.v.take(own); errno != 0 {
 		return nil, 0, errno
 	}
@@ -657,6 +666,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno != 0 {
 		give(own)
 		return nil, 0, errno
+	}
+	if n.v.links {
+		// Checked again on the fd that is read: a link made since the
+		// resolve counts.
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Nlink > 1 {
+			unix.Close(fd)
+			give(own)
+			return nil, 0, syscall.EACCES
+		}
 	}
 	f := &file{fd: fd, own: own, v: n.v}
 	n.v.track(f)

@@ -104,22 +104,41 @@ func (v *View) Close() {
 	}()
 }
 
-// waitViews waits, up to d, for every closed view's server to stop, and
-// removes the view's directory; it reports the ones still serving.
-func (r *Runner) waitViews(d time.Duration) int {
+// waitViews waits, up to d, for every view's server to stop, and removes
+// the view's directory; it reports the ones still serving, and what each
+// still holds (fsview.Diag: whether it was closed at all, the uids still
+// admitted, open files, the kernel's unanswered requests, the processes
+// whose mount table holds it), for at most maxDiags of them.
+func (r *Runner) waitViews(d time.Duration) (left int, diags []string) {
 	r.viewsMu.Lock()
 	views := r.views
 	r.views = nil
 	r.viewsMu.Unlock()
 	deadline := time.After(d)
-	left := 0
+	late := false
 	for _, v := range views {
+		if !late {
+			select {
+			case <-v.v.Done():
+				os.Remove(v.v.Dir())
+				continue
+			case <-deadline:
+				late = true
+			}
+		}
 		select {
 		case <-v.v.Done():
 			os.Remove(v.v.Dir())
-		case <-deadline:
-			left++
+			continue
+		default:
+		}
+		left++
+		if len(diags) < maxDiags {
+			diags = append(diags, v.v.Diag().String())
 		}
 	}
-	return left
+	return left, diags
 }
+
+// maxDiags bounds the views a slow shutdown describes.
+const maxDiags = 4

@@ -78,6 +78,8 @@ type View struct {
 	srcs   []Source
 	done   chan struct{}
 	once   sync.Once
+	closed atomic.Bool // Close was called (see Diag)
+	conn   uint32      // the kernel's connection number (see Diag)
 	max    int64
 	links  bool // Options.RefuseLinks
 	root   *rootNode
@@ -177,6 +179,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 		return nil, fmt.Errorf("mount view at %s: %w", dir, err)
 	}
 	v.server = server
+	v.conn = connOf(dir)
 	v.Passthrough = server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
 	w.start()
 	go func() {
@@ -206,6 +209,7 @@ func (v *View) Path(i int) string { return v.dir + "/" + strconv.Itoa(i) }
 // connection, the server stops and the roots are closed (Done).
 func (v *View) Close() {
 	v.once.Do(func() {
+		v.closed.Store(true)
 		if err := unix.Unmount(v.dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			// Not mounted any more is fine; anything else, end the
 			// connection from our side.

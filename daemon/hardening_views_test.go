@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -427,5 +429,80 @@ func TestHardLinksUnderNever(t *testing.T) {
 				t.Errorf(".env after the calls: %q %v", env, err)
 			}
 		})
+	}
+}
+
+// TestViewsStopAfterLongSession does what a long MCP session does: many
+// calls of pooled execute tools that read through their views, commands
+// cancelled by id mid-call and clients gone mid-call, a reload (new
+// views and pools beside the old ones until the old drain), then a
+// shutdown with a command still running. Every view must stop when its
+// containers are gone: the shutdown must not log a view still serving
+// (issue 24: seen once after a long MCP session, not reproduced by this
+// test; fsview.Diag says what the log line names when one is).
+func TestViewsStopAfterLongSession(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	m := writeManifest(t, fx.Base, `{"schema_version":1,
+	  "principals":{"ops":{"uids":[0],"approver":true,"tools":["*"]}},
+	  "tools":{
+	    "look":{"operation":"execute","mounts":["workspace/src"],"cwd":"workspace/src","never":[".env","*.pem"],
+	            "commands":[["sh","-c","ls; cat a.py sub/b.txt; find . -name '*.txt' | head -3"]],"pool":2},
+	    "sleeper":{"operation":"execute","mounts":["workspace/src"],"cwd":"workspace/src/sub","never":[".env"],
+	            "commands":[["sh","-c","cat b.txt; exec sleep 30"]],"pool":2,"timeout_ms":60000}}}`)
+	dir := t.TempDir()
+	logs := &lockedBuf{}
+	runDir := checkedRunDir(t)
+	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)), RunDir: runDir, Helper: testutil.Helper(t), UIDRange: viewsUIDs,
+		ShutdownGrace: 100 * time.Millisecond}
+	stopped := false
+	stop := launch(t, cfg)
+	t.Cleanup(func() {
+		if !stopped {
+			stop()
+		}
+	})
+	c := client.New(cfg.Socket)
+	ctx := context.Background()
+	for i := range 12 {
+		res, err := c.Call(ctx, api.CallRequest{Tool: "look"})
+		if err != nil || !res.OK || res.Output == nil || !strings.Contains(*res.Output, "hello") {
+			t.Fatalf("look %d: %+v %v", i, res, err)
+		}
+		// A command cancelled by id once it has started (it printed).
+		s := startStream(c, ctx, api.CallRequest{Tool: "sleeper", Stream: true})
+		id := s.next(t, "the sleeper's decision").CallID
+		for ev := s.next(t, "the sleeper's output"); ev.Event != api.EventOutput; ev = s.next(t, "the sleeper's output") {
+		}
+		if _, err := c.CancelCall(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if r := s.wait(t); r.Reason != api.ReasonCancelled {
+			t.Fatalf("sleeper %d: %+v", i, r)
+		}
+		// A client that goes away mid-call.
+		gctx, gone := context.WithCancel(ctx)
+		s = startStream(c, gctx, api.CallRequest{Tool: "sleeper", Stream: true})
+		for ev := s.next(t, "the sleeper's decision"); ev.Event != api.EventOutput; ev = s.next(t, "the sleeper's output") {
+		}
+		gone()
+		<-s.done
+		if i == 5 {
+			if _, err := c.Reload(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// And a command still running when the daemon stops.
+	s := startStream(c, ctx, api.CallRequest{Tool: "sleeper", Stream: true})
+	for ev := s.next(t, "the sleeper's decision"); ev.Event != api.EventOutput; ev = s.next(t, "the sleeper's output") {
+	}
+	stopped = true
+	stop()
+	<-s.done
+	c.Close()
+	if strings.Contains(logs.String(), "still serving") {
+		t.Fatalf("a view outlived its containers:\n%s", logs.String())
 	}
 }

@@ -75,6 +75,8 @@ func TestManifestErrors(t *testing.T) {
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":"big"}}}`, "max_bytes"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"approval":"maybe"}}}`, "tools.r.approval"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"never":["[x"]}}}`, "tools.r.never[0]"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"never":[".env"],"hard_links":"yes"}}}`, "tools.r.hard_links"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"hard_links":"allow"}}}`, "tools.r.hard_links"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"commands":[["ls"]]}}}`, "tools.r.commands"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"pool":1}}}`, "tools.r.pool"},
 		{`{"schema_version":1,"tools":{"x":{"operation":"execute"}}}`, "tools.x.commands"},
@@ -142,6 +144,8 @@ func ok(rel string, kind api.Kind) Resource {
 	return Resource{Outcome: OutcomeOK, Rel: rel, Kind: kind, Path: "/x/" + rel}
 }
 
+func linked(r Resource) Resource { r.Links = 2; return r }
+
 func TestDecide(t *testing.T) {
 	m := parse(t, multi)
 	s := func(v string) *string { return &v }
@@ -182,6 +186,12 @@ func TestDecide(t *testing.T) {
 			Resolved: []Resource{ok("private", KindDir)}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
 		{"read dir", Request{Principal: "agent", Tool: "read_file", Path: s("ws/d"),
 			Resolved: []Resource{ok("d", KindDir)}}, api.ReasonNotAFile, "tools.read_file.roots[1]"},
+		// A hard link's other names cannot be checked (docs/security.md,
+		// "The third review").
+		{"hard link under never", Request{Principal: "agent", Tool: "read_file", Path: s("ws/innocent"),
+			Resolved: []Resource{linked(ok("innocent", KindFile))}}, api.ReasonUnsupportedFileType, "tools.read_file.hard_links"},
+		{"hard link without never", Request{Principal: "ci", Tool: "deploy", Path: s("ws/a"),
+			Resolved: []Resource{linked(ok("a", KindFile))}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
 		{"read fifo", Request{Principal: "agent", Tool: "read_file", Path: s("ws/f"),
 			Resolved: []Resource{ok("f", KindFIFO)}}, api.ReasonUnsupportedFileType, "tools.read_file.roots[1]"},
 		{"list file", Request{Principal: "ci", Tool: "ls", Path: s("f"),

@@ -238,6 +238,10 @@ type Resource struct {
 	Path     string   `json:"path,omitempty"` // absolute, as the kernel names the opened fd; a fetch's or post's URL
 	Rel      string   `json:"rel,omitempty"`  // resolved path relative to the root
 	Kind     api.Kind `json:"kind,omitempty"`
+	// Links is a resolved regular file's link count when it is more
+	// than one (else 0): a tool that refuses hard links (see
+	// Tool.RefusesHardLinks) denies it.
+	Links uint64 `json:"links,omitempty"`
 	// Addrs is what a fetch's or post's host resolved to, looked up once:
 	// the decision checks every address, and the request goes to the
 	// first (docs/egress.md).
@@ -400,6 +404,12 @@ func decidePath(ix *toolIndex, req *Request, kind func(api.Kind, string) Decisio
 		}
 		if gi, hit := neverOtherRoots(ix, matches[i].Index, res.Rel); hit {
 			d := deny(api.ReasonNeverListed, ix.neverKeys[gi])
+			d.Resource = res
+			return d
+		}
+		if ix.refuseLinks && res.Kind == KindFile && res.Links > 1 {
+			// Another name of this file may be never-listed.
+			d := deny(api.ReasonUnsupportedFileType, tkey+".hard_links")
 			d.Resource = res
 			return d
 		}

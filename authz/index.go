@@ -20,6 +20,7 @@ type toolIndex struct {
 	never       []glob
 	neverKeys   []string // "tools.NAME.never[i]"
 	commandKeys []string // "tools.NAME.commands[i]"
+	refuseLinks bool     // Tool.RefusesHardLinks
 }
 
 type glob struct {
@@ -210,7 +211,7 @@ func classMatch(class string, r rune) bool {
 
 func buildIndex(name string, t *Tool) *toolIndex {
 	key := "tools." + name
-	ix := &toolIndex{key: key}
+	ix := &toolIndex{key: key, refuseLinks: t.RefusesHardLinks()}
 	for i, r := range t.Roots {
 		ix.roots = append(ix.roots, splitPath(r, nil))
 		ix.rootClean = append(ix.rootClean, path.Clean(r))

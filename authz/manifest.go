@@ -113,6 +113,12 @@ type Tool struct {
 	// Egress is what an execute tool's commands may reach through
 	// sluiced's proxy; nil: no network at all.
 	Egress *ExecEgress `json:"egress,omitempty" toml:"egress"`
+	// HardLinks is what a tool with never globs does with a regular
+	// file that has more than one name (st_nlink > 1): "refuse" (the
+	// default) or "allow", which weakens never: another name of the
+	// file, which no check can find, may be never-listed (see
+	// RefusesHardLinks).
+	HardLinks string `json:"hard_links,omitempty" toml:"hard_links"`
 
 	idx *toolIndex // built by Parse; see index.go
 	// net is a fetch or post tool's network policy, built by its
@@ -126,6 +132,22 @@ func (t *Tool) EffectiveMaxBytes() int64 {
 		return DefaultMaxBytes
 	}
 	return t.MaxBytes
+}
+
+// Values of hard_links.
+const (
+	HardLinksRefuse = "refuse"
+	HardLinksAllow  = "allow"
+)
+
+// RefusesHardLinks reports whether t refuses a regular file with more
+// than one link: it has never globs and hard_links is not "allow". A
+// hard link to .env under an innocent name is the same file, and the
+// kernel names no file's other links, so never cannot be checked on
+// them: file tools answer unsupported_file_type, and its view refuses
+// to open it.
+func (t *Tool) RefusesHardLinks() bool {
+	return len(t.Never) > 0 && t.HardLinks != HardLinksAllow
 }
 
 // EffectiveMaxOpenFiles is max_open_files with its default applied.
@@ -395,7 +417,7 @@ func validateTools(m *Manifest) error {
 // message names the key and the fix.
 type validator func(key string, t *Tool) error
 
-var commonValidators = []validator{validateDescription, validateMaxBytes, validateApproval, validateNever}
+var commonValidators = []validator{validateDescription, validateMaxBytes, validateApproval, validateNever, validateHardLinks}
 
 // validateTool runs the common validators, then the operation's own, then
 // refuses keys of other operations.
@@ -451,6 +473,19 @@ func validateNever(key string, t *Tool) error {
 		if err := validateGlob(g); err != nil {
 			return merr(fmt.Sprintf("%s.never[%d]", key, i), "%q: %v", g, err)
 		}
+	}
+	return nil
+}
+
+func validateHardLinks(key string, t *Tool) error {
+	switch t.HardLinks {
+	case "", HardLinksRefuse:
+	case HardLinksAllow:
+		if len(t.Never) == 0 {
+			return merr(key+".hard_links", "applies only with never globs; remove it or add never")
+		}
+	default:
+		return merr(key+".hard_links", "is %q; use \"refuse\" (the default) or \"allow\"", t.HardLinks)
 	}
 	return nil
 }

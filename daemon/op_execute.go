@@ -36,6 +36,7 @@ type execTool struct {
 	view   *sandbox.View
 	mounts []sandbox.ViewMount // until start hands them to the view
 	hide   func(int, string) bool
+	links  bool              // refuse hard-linked files (authz.Tool.RefusesHardLinks)
 	egress *netpolicy.Policy // nil: no network (see exec_egress.go)
 }
 
@@ -58,7 +59,7 @@ func (e *execTool) start(name string, r *sandbox.Runner, pool sandbox.PoolSize, 
 	mounts := e.mounts
 	e.mounts = nil
 	if len(mounts) > 0 {
-		v, err := r.NewView(mounts, e.hide, int(e.spec.Limits.OpenFiles))
+		v, err := r.NewView(mounts, e.hide, int(e.spec.Limits.OpenFiles), e.links)
 		if err != nil {
 			return fmt.Errorf("tools.%s: view of its mounts: %w", name, err)
 		}
@@ -113,6 +114,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 		// globs as for file tools, relative to each mount.
 		e.hide = func(_ int, rel string) bool { return authz.NeverMatch(t, rel) }
 	}
+	e.links = t.RefusesHardLinks()
 	cwdDefault := ""
 	if len(dests) > 0 {
 		cwdDefault = dests[0]

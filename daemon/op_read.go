@@ -3,8 +3,11 @@
 package daemon
 
 import (
+	"errors"
 	"io"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/errclass"
@@ -13,7 +16,14 @@ import (
 
 // The daemon's half of read (authz/op_read.go is its pure half): it reads
 // the file handle resolved for the call, never its path.
-func execRead(c *call, _ func(string, []byte)) *outcome { return c.fileTool(readCapped) }
+func execRead(c *call, _ func(string, []byte)) *outcome {
+	if !c.tool.RefusesHardLinks() {
+		return c.fileTool(readCapped)
+	}
+	return c.fileTool(func(h *securefs.Handle, limit int64) ([]byte, bool, error) {
+		return readFile(h, limit, true)
+	})
+}
 
 // fileTool runs f, read's or list's, on the handle the call resolved.
 func (c *call) fileTool(f func(*securefs.Handle, int64) ([]byte, bool, error)) *outcome {
@@ -23,6 +33,9 @@ func (c *call) fileTool(f func(*securefs.Handle, int64) ([]byte, bool, error)) *
 	}
 	data, trunc, err := f(h, c.tool.EffectiveMaxBytes())
 	if err != nil {
+		if errors.Is(err, errHardLinked) {
+			return &outcome{reason: api.ReasonUnsupportedFileType}
+		}
 		c.d.log.Error("file tool failed", "err", err, "call_id", c.id)
 		return &outcome{reason: errclass.Reason(err)} // EIO internal_error, EMFILE busy, …
 	}
@@ -34,11 +47,27 @@ func (c *call) fileTool(f func(*securefs.Handle, int64) ([]byte, bool, error)) *
 // opened through its resolved fd, never by path. A sparse 1 TiB file costs
 // one read of max+1 bytes.
 func readCapped(h *securefs.Handle, limit int64) ([]byte, bool, error) {
+	return readFile(h, limit, false)
+}
+
+// readFile is readCapped; with refuseLinks, a file that has gained
+// another name since it was resolved (fstat of the fd it reads: the
+// decision saw one link) is refused with errHardLinked.
+func readFile(h *securefs.Handle, limit int64, refuseLinks bool) ([]byte, bool, error) {
 	f, err := h.Open()
 	if err != nil {
 		return nil, false, err
 	}
 	defer f.Close()
+	if refuseLinks {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			return nil, false, err
+		}
+		if links(h.Kind, uint64(st.Nlink)) > 1 {
+			return nil, false, errHardLinked
+		}
+	}
 	// Size the buffer from fstat, but trust only what read(2) says: the
 	// file may grow, and procfs-like files report size 0.
 	size := min(limit+1, max(h.Stat.Size+1, 512))

@@ -5,6 +5,7 @@ package daemon
 import (
 	"errors"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
@@ -67,6 +68,19 @@ func (c *call) resolve() {
 
 var errMisplaced = errors.New("resolved fd is not where expected")
 
+// links is what a resource records of a link count: a regular file's,
+// when it has other names (see authz.Tool.RefusesHardLinks).
+func links(kind api.Kind, nlink uint64) uint64 {
+	if kind == securefs.KindFile && nlink > 1 {
+		return nlink
+	}
+	return 0
+}
+
+// errHardLinked: a regular file gained another name after the decision,
+// in a tool that refuses those (authz.Tool.RefusesHardLinks).
+var errHardLinked = errors.New("the file has more than one link")
+
 // resolveExisting resolves the whole path (read, list); the handle is kept
 // for the executor, which acts on it and never on the path.
 func (c *call) resolveExisting(root *securefs.Root, m authz.RootMatch, res *authz.Resource) error {
@@ -75,6 +89,7 @@ func (c *call) resolveExisting(root *securefs.Root, m authz.RootMatch, res *auth
 		return err
 	}
 	res.Outcome, res.Kind = authz.OutcomeOK, h.Kind
+	res.Links = links(h.Kind, uint64(h.Stat.Nlink))
 	if err := relBeneath(root, h, res); err != nil {
 		c.d.log.Error("resolved fd not where expected; denying", "err", err, "call_tool", c.req.Tool)
 		h.Close()

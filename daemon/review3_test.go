@@ -18,9 +18,11 @@ import (
 // though the kernel cached the view's attributes of it (mode 644) for 10
 // minutes and the chmod went through a hard link outside the workspace,
 // which inotify reports to no watched directory. Before the view checked
-// each open against the mode it resolves, the command read it.
+// each open against the mode it resolves, the command read it. (The tool
+// allows hard links: with never globs, a file with a second name is
+// refused outright, TestHardLinksUnderNever.)
 func TestBreachViewStaleMode(t *testing.T) {
-	fx, m := viewsFixture(t, map[string]string{"cat": `"commands":[["cat","note.txt"]],"pool":1`})
+	fx, m := viewsFixture(t, map[string]string{"cat": `"commands":[["cat","note.txt"]],"pool":1,"hard_links":"allow"`})
 	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.UIDRange = viewsUIDs })
 	cat := func() (*api.CallResult, string) {
 		t.Helper()

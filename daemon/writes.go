@@ -57,6 +57,7 @@ func (c *call) resolveParent(root *securefs.Root, m authz.RootMatch, res *authz.
 		return errMisplaced
 	}
 	res.Outcome, res.Kind, res.Path, res.Rel = authz.OutcomeOK, cur.Kind, abs, rel
+	res.Links = links(cur.Kind, cur.Nlink)
 	if c.parents == nil {
 		c.parents = map[int]*parentRef{}
 	}
@@ -85,6 +86,11 @@ func (c *call) commitCheck(cur fileop.Current) error {
 	}
 	if errors.Is(context.Cause(c.ctx), errCallCancelled) {
 		return errCancelledCall
+	}
+	if c.tool.RefusesHardLinks() && links(cur.Kind, cur.Nlink) > 1 {
+		// Linked since the decision (which refuses a linked file): the
+		// file is not what the call was decided on.
+		return fmt.Errorf("%w: %w", errHardLinked, fileop.ErrChanged)
 	}
 	return fileop.MatchIfMatchContext(c.ctx, c.ifMatch, cur)
 }

@@ -75,6 +75,7 @@ func TestWrites(t *testing.T) {
 		{"never", map[string]any{"path": "workspace/src/.env", "content": "x"}, api.ReasonNeverListed},
 		{"never by glob", map[string]any{"path": "workspace/src/sub/k.pem", "content": "x"}, api.ReasonNeverListed},
 		{"never dir", map[string]any{"path": "workspace/src/private/new", "content": "x"}, api.ReasonNeverListed},
+		{"a hard link to a never-listed file", map[string]any{"path": "workspace/src/innocent.txt", "content": "x"}, api.ReasonUnsupportedFileType},
 		{"outside", map[string]any{"path": "workspace/secret.txt", "content": "x"}, api.ReasonOutsideRoots},
 		{"through a symlinked dir out", map[string]any{"path": "workspace/src/dir_out/x.txt", "content": "x"}, api.ReasonOutsideRoots},
 		{"missing parent", map[string]any{"path": "workspace/src/nope/x.txt", "content": "x"}, api.ReasonNotFound},

@@ -199,8 +199,8 @@ func removeChildren(dirfd int, path string, mnt uint64) error {
 // per-uid /etc dirs (but those of boxes still alive).
 func (r *Runner) Close() {
 	r.Wait()
-	if n := r.waitViews(10 * time.Second); n > 0 {
-		r.log.Warn("views still serving 10 s after their containers were destroyed", "count", n)
+	if n, diags := r.waitViews(10 * time.Second); n > 0 {
+		r.log.Warn("views still serving 10 s after their containers were destroyed", "count", n, "views", diags)
 	}
 	if r.ids != nil {
 		if err := r.removeEtcDirs(r.ids.held); err != nil {

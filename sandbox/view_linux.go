@@ -40,12 +40,13 @@ const ViewTimeout = time.Second
 // NewView mounts a view of mounts in the runner's private rootfs area.
 // hide(i, rel) says whether the entry at rel in mount i is hidden;
 // maxOpen bounds the files one container holds open through it (0:
-// fsview.DefaultMaxOpen). The view answers only root and the uids of the
+// fsview.DefaultMaxOpen); refuseLinks refuses to open a regular file with
+// more than one link (fsview.Options.RefuseLinks). The view answers only root and the uids of the
 // live containers made from a Spec that names it (Spec.View): Create
 // admits a box's uid before its init runs, Destroy revokes it before the
 // uid goes back to the range. The view owns the sources' roots from here
 // on, also on error.
-func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, maxOpen int) (*View, error) {
+func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, maxOpen int, refuseLinks bool) (*View, error) {
 	srcs := make([]fsview.Source, len(mounts))
 	for i, m := range mounts {
 		srcs[i] = m.Source
@@ -57,7 +58,7 @@ func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, 
 		}
 		return nil, err
 	}
-	fv, err := fsview.Mount(dir, srcs, fsview.Options{Hide: hide, Timeout: ViewTimeout, MaxOpen: maxOpen})
+	fv, err := fsview.Mount(dir, srcs, fsview.Options{Hide: hide, Timeout: ViewTimeout, MaxOpen: maxOpen, RefuseLinks: refuseLinks})
 	if err != nil {
 		os.Remove(dir)
 		return nil, err
@@ -103,22 +104,41 @@ func (v *View) Close() {
 	}()
 }
 
-// waitViews waits, up to d, for every closed view's server to stop, and
-// removes the view's directory; it reports the ones still serving.
-func (r *Runner) waitViews(d time.Duration) int {
+// waitViews waits, up to d, for every view's server to stop, and removes
+// the view's directory; it reports the ones still serving, and what each
+// still holds (fsview.Diag: whether it was closed at all, the uids still
+// admitted, open files, the kernel's unanswered requests, the processes
+// whose mount table holds it), for at most maxDiags of them.
+func (r *Runner) waitViews(d time.Duration) (left int, diags []string) {
 	r.viewsMu.Lock()
 	views := r.views
 	r.views = nil
 	r.viewsMu.Unlock()
 	deadline := time.After(d)
-	left := 0
+	late := false
 	for _, v := range views {
+		if !late {
+			select {
+			case <-v.v.Done():
+				os.Remove(v.v.Dir())
+				continue
+			case <-deadline:
+				late = true
+			}
+		}
 		select {
 		case <-v.v.Done():
 			os.Remove(v.v.Dir())
-		case <-deadline:
-			left++
+			continue
+		default:
+		}
+		left++
+		if len(diags) < maxDiags {
+			diags = append(diags, v.v.Diag().String())
 		}
 	}
-	return left
+	return left, diags
 }
+
+// maxDiags bounds the views a slow shutdown describes.
+const maxDiags = 4

@@ -109,6 +109,11 @@ var Cases = []Case{
 	{Name: "symlink to dotenv", Op: Read, Path: "workspace/src/env_link", Want: "never_listed"},
 	{Name: "symlink to private", Op: Read, Path: "workspace/src/keys_link", Want: "never_listed"},
 	{Name: "nested dotenv", Op: Read, Path: "workspace/src/sub/.env", Want: "never_listed"},
+	// A hard link to .env under an innocent name: its other names cannot
+	// be checked, so a tool with never globs refuses a regular file with
+	// more than one link (docs/security.md, "The third review").
+	{Name: "hard link to dotenv", Op: Read, Path: "workspace/src/innocent.txt", Want: "unsupported_file_type"},
+	{Name: "symlink to a hard link", Op: Read, Path: "workspace/src/innocent_link", Want: "unsupported_file_type"},
 
 	// Missing: an oracle only inside the roots.
 	{Name: "missing inside", Op: Read, Path: "workspace/src/missing.txt", Want: "not_found"},
@@ -213,6 +218,8 @@ func Build(t testing.TB) *Fixture {
 	link("private/keys.txt", "workspace/src/keys_link")
 	must(unix.Mkfifo(filepath.Join(base, "workspace/src/fifo"), 0o644))
 	link("fifo", "workspace/src/fifo_link")
+	must(os.Link(filepath.Join(base, "workspace/src/.env"), filepath.Join(base, "workspace/src/innocent.txt")))
+	link("innocent.txt", "workspace/src/innocent_link")
 	if err := unix.Mknod(filepath.Join(base, "workspace/src/devnode"), unix.S_IFCHR|0o644, int(unix.Mkdev(1, 5))); err != nil {
 		t.Fatalf("escapetest fixture: mknod needs root (CI runs as root): %v", err)
 	}

@@ -56,6 +56,11 @@ type Options struct {
 	// container) holds open through the view at once; beyond it, open
 	// and opendir fail with EMFILE. Zero means DefaultMaxOpen.
 	MaxOpen int
+	// RefuseLinks refuses to open a regular file with more than one link
+	// (EACCES): another of its names, which Hide never sees, may be
+	// hidden (a hard link to .env under an innocent name). Its name and
+	// attributes still show, as a file tool's listing shows them.
+	RefuseLinks bool
 }
 
 // DefaultMaxOpen is Options.MaxOpen's default (the manifest's
@@ -73,7 +78,10 @@ type View struct {
 	srcs   []Source
 	done   chan struct{}
 	once   sync.Once
+	closed atomic.Bool // Close was called (see Diag)
+	conn   uint32      // the kernel's connection number (see Diag)
 	max    int64
+	links  bool // Options.RefuseLinks
 	root   *rootNode
 	w      *watcher
 	// short and long are the cache timeouts of unwatched and watched
@@ -131,7 +139,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 	}
 	setBudget()
 	setWatchBudget()
-	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), uids: map[uint32]*holder{},
+	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), links: opt.RefuseLinks, uids: map[uint32]*holder{},
 		short: opt.Timeout, long: opt.CacheTimeout}
 	root := &rootNode{v: v, hide: opt.Hide}
 	v.root = root
@@ -171,6 +179,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 		return nil, fmt.Errorf("mount view at %s: %w", dir, err)
 	}
 	v.server = server
+	v.conn = connOf(dir)
 	v.Passthrough = server.KernelSettings().Flags64()&fuse.CAP_PASSTHROUGH != 0
 	w.start()
 	go func() {
@@ -200,6 +209,7 @@ func (v *View) Path(i int) string { return v.dir + "/" + strconv.Itoa(i) }
 // connection, the server stops and the roots are closed (Done).
 func (v *View) Close() {
 	v.once.Do(func() {
+		v.closed.Store(true)
 		if err := unix.Unmount(v.dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
 			// Not mounted any more is fine; anything else, end the
 			// connection from our side.
@@ -427,7 +437,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		out.SetEntryTimeout(uncached)
 		return nil, syscall.ENOENT
 	}
-	watched := n.v.w.watched(loc{n.m, n.rel})
+	l := loc{n.m, n.rel}
+	gen := n.v.w.gen.Load() // before watched is read (see watcher.missed)
+	watched := n.v.w.watched(l)
 	if !watched {
 		// Watch this directory before anything of it is handed out, so
 		// no change after this point goes unreported.
@@ -437,10 +449,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		}
 	}
 	in, errno := n.entry(ctx, &n.Inode, &node{v: n.v, hide: n.hide, m: n.m, rel: join(n.rel, name)}, out)
-	if errno == syscall.ENOENT && !watched {
-		// Missing here, where a creation would go unreported: answered
-		// as an error, which the kernel does not keep (go-fuse caches a
-		// miss, for NegativeTimeout, only when no timeout was set).
+	if errno == syscall.ENOENT && (!watched || !n.v.w.missed(l, name, gen)) {
+		// Missing here, where a creation would go unreported (or an
+		// overflow's reset could not drop the miss): answered as an
+		// error, which the kernel does not keep (go-fuse caches a miss,
+		// for NegativeTimeout, only when no timeout was set).
 		out.SetEntryTimeout(uncached)
 	}
 	return in, errno
@@ -647,6 +660,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno := permits(ctx, &h.Stat, flags); errno != 0 {
 		return nil, 0, errno
 	}
+	if n.v.links && h.Stat.Nlink > 1 {
+		return nil, 0, syscall.EACCES
+	}
 	if errno := n.v.take(own); errno != 0 {
 		return nil, 0, errno
 	}
@@ -654,6 +670,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno != 0 {
 		give(own)
 		return nil, 0, errno
+	}
+	if n.v.links {
+		// Checked again on the fd that is read: a link made since the
+		// resolve counts.
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Nlink > 1 {
+			unix.Close(fd)
+			give(own)
+			return nil, 0, syscall.EACCES
+		}
 	}
 	f := &file{fd: fd, own: own, v: n.v}
 	n.v.track(f)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -301,4 +302,32 @@ func TestSymlinksStayLinks(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDiagNamesWhatKeepsAViewServing: a view closed while a bind of it
+// is still mounted keeps serving; Diag says it was closed, which uid it
+// still admits, and which process's mount table holds it, so that a
+// shutdown that finds a view still serving logs its cause. Once the bind
+// goes, the server stops.
+func TestDiagNamesWhatKeepsAViewServing(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	f.v.Admit(0x7F030020)
+	bind := filepath.Join(t.TempDir(), "bind")
+	testutil.Must(t, os.Mkdir(bind, 0o755))
+	testutil.Must(t, unix.Mount(f.v.Path(0), bind, "", unix.MS_BIND, ""))
+	f.v.Close()
+	select {
+	case <-f.v.Done():
+		t.Fatal("the view stopped while a bind of it was mounted")
+	default:
+	}
+	d := f.v.Diag()
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	testutil.Must(t, err)
+	if !d.Closed || !slices.Equal(d.Admitted, []uint32{0x7F030020}) || d.Conn == 0 || d.Waiting > 0 ||
+		!slices.ContainsFunc(d.Holders, func(h string) bool { return strings.HasPrefix(h, self+" ") }) {
+		t.Errorf("diag: %s", d)
+	}
+	testutil.Must(t, unix.Unmount(bind, unix.MNT_DETACH))
+	<-f.v.Done()
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -54,6 +55,13 @@ import (
 // invalidation is dropped at the next opendir. A name invalidation waits
 // in the kernel for a lookup in flight in that directory (it takes the
 // directory's lock), so it cannot be overtaken by the reply it must undo.
+//
+// A miss kept long (a negative dentry) belongs to no node: a creation's
+// event drops it by name, but after an overflow the names are lost, and
+// a mount's own directory is never invalidated itself (containers bind
+// it). So every miss kept long is recorded (watcher.missed) and the
+// overflow's reset drops each by name; a lookup that began before a reset
+// is answered uncached.
 
 // watchMask is what a watched directory reports: names that come and go,
 // and attribute or content changes of the directory and of what is in it.
@@ -121,6 +129,18 @@ type watcher struct {
 	wmu   sync.RWMutex
 	byLoc map[loc]int32
 	byWd  map[int32]map[loc]struct{}
+
+	// gen counts the overflow resets: a lookup that began before one
+	// may not leave a miss cached long (see missed).
+	gen atomic.Uint64
+
+	// misses are the names the kernel may keep as missing for long (a
+	// negative dentry), by directory, until their deadline; an overflow
+	// drops them (see tell). nmu is never held while wmu is taken.
+	nmu       sync.Mutex
+	misses    map[loc]map[string]time.Time
+	nmisses   int
+	nextSweep time.Time
 
 	stop    [2]int // a pipe: closing stop[1] ends the loop
 	done    chan struct{}
@@ -258,6 +278,7 @@ func (w *watcher) act(buf []byte) {
 			watchesHeld.Add(-int64(len(w.byWd)))
 			clear(w.byWd)
 			clear(w.byLoc)
+			w.gen.Add(1)
 			todo = append(todo[:0], change{reset: true})
 			continue
 		}
@@ -314,6 +335,24 @@ func (w *watcher) forgetLocked(l loc) {
 func (w *watcher) tell(c change) {
 	root := w.v.root
 	if c.reset {
+		// The misses first: no node holds them, and the kernel keeps a
+		// miss in a mount's own directory, which is never invalidated
+		// itself, for the negative timeout (TestOverflowDropsEveryMiss).
+		w.nmu.Lock()
+		misses := w.misses
+		w.misses, w.nmisses = nil, 0
+		w.nmu.Unlock()
+		for l, names := range misses {
+			mnt := root.GetChild(strconv.Itoa(l.m))
+			if mnt == nil {
+				continue
+			}
+			if dir := walk(mnt, l.rel); dir != nil {
+				for name := range names {
+					dir.NotifyEntry(name)
+				}
+			}
+		}
 		// The view's own top entries stay: containers bind them, and
 		// a bind of an invalidated dentry fails.
 		for _, mnt := range root.Children() {
@@ -356,6 +395,7 @@ func (w *watcher) tell(c change) {
 		// (TestReview8CwdInReplacedDirListsPath). Taken before the name
 		// is dropped, which a new lookup may then fill with another node.
 		old := dir.GetChild(c.name)
+		w.unmiss(c.l, c.name)
 		dir.NotifyEntry(c.name)
 		dir.NotifyContent(0, 0)
 		if old != nil {
@@ -366,6 +406,77 @@ func (w *watcher) tell(c change) {
 			child.NotifyContent(0, 0)
 		}
 	}
+}
+
+// maxMisses bounds the misses one view remembers (see missed).
+const maxMisses = 1 << 14
+
+// missed records that name was just found missing in the directory l,
+// looked up while l was watched and the reset count was gen, and reports
+// whether the kernel may keep the miss for the long timeout. Inotify
+// reports a creation, but after an overflow nothing reports what was
+// lost, and no node holds a miss: the reset drops every miss recorded
+// here. A lookup that began before a reset, or one beyond the bound, is
+// answered uncached.
+func (w *watcher) missed(l loc, name string, gen uint64) bool {
+	now := time.Now()
+	w.nmu.Lock()
+	defer w.nmu.Unlock()
+	if w.gen.Load() != gen {
+		return false
+	}
+	if w.nmisses >= maxMisses && now.After(w.nextSweep) {
+		w.sweepLocked(now)
+	}
+	if w.nmisses >= maxMisses {
+		return false
+	}
+	if w.misses == nil {
+		w.misses = map[loc]map[string]time.Time{}
+	}
+	names := w.misses[l]
+	if names == nil {
+		names = map[string]time.Time{}
+		w.misses[l] = names
+	}
+	if _, ok := names[name]; !ok {
+		w.nmisses++
+	}
+	names[name] = now.Add(w.v.long)
+	return true
+}
+
+// sweepLocked forgets the misses the kernel no longer keeps, and when
+// to look again. nmu is held.
+func (w *watcher) sweepLocked(now time.Time) {
+	next := now.Add(w.v.long)
+	for l, names := range w.misses {
+		for name, dl := range names {
+			switch {
+			case now.After(dl):
+				delete(names, name)
+				w.nmisses--
+			case dl.Before(next):
+				next = dl
+			}
+		}
+		if len(names) == 0 {
+			delete(w.misses, l)
+		}
+	}
+	w.nextSweep = next
+}
+
+// unmiss forgets a miss the kernel is told to drop.
+func (w *watcher) unmiss(l loc, name string) {
+	w.nmu.Lock()
+	if names := w.misses[l]; names != nil {
+		if _, ok := names[name]; ok {
+			delete(names, name)
+			w.nmisses--
+		}
+	}
+	w.nmu.Unlock()
 }
 
 // invalidateAll drops every name, attribute and listing the kernel holds

@@ -439,3 +439,62 @@ func setAdd(w *watcher, add func(int, string, uint32) (int, error)) {
 	w.add = add
 	w.wmu.Unlock()
 }
+
+// TestOverflowDropsEveryMiss: a miss cached before inotify's queue
+// overflows is dropped by the overflow's reset, wherever it was cached. A
+// mount's own directory is never invalidated itself (containers bind it),
+// so a miss cached directly in it stayed: a file created there during the
+// burst was ENOENT to stat for the negative timeout, 10 minutes
+// (docs/security.md, "The third review"). A miss in a directory beneath
+// went with that directory's name; one cached through a process's cwd in
+// it must go too.
+func TestOverflowDropsEveryMiss(t *testing.T) {
+	f := newView(t, securefs.ModeOpenat2)
+	host := func(rel string) string { return filepath.Join(f.ws, rel) }
+	// A process whose cwd is src: its lookups there do not walk src's
+	// name again.
+	cwd, err := unix.Open(f.in("src"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	testutil.Must(t, err)
+	defer unix.Close(cwd)
+	misses := []string{"late.txt", "src/late.txt"}
+	for _, rel := range misses {
+		absent(t, f.in(rel))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(cwd, "viacwd", &st, unix.AT_SYMLINK_NOFOLLOW); err != unix.ENOENT {
+		t.Fatalf("src/viacwd before: %v", err)
+	}
+	s0 := f.v.Stats()
+	for _, rel := range misses {
+		absent(t, f.in(rel))
+	}
+	if d := since(s0, f.v.Stats()); d.Lookups != 0 {
+		t.Fatalf("misses not cached before the overflow (%d lookups): the test proves nothing", d.Lookups)
+	}
+	max := 16384
+	if b, err := os.ReadFile("/proc/sys/fs/inotify/max_queued_events"); err == nil {
+		fmt.Sscan(string(b), &max)
+	}
+	// The watcher is held while the host makes more events than the
+	// queue keeps, then the new files: their events are lost.
+	f.v.w.mu.Lock()
+	p := host("src/churn")
+	for range max/2 + 10 {
+		write(t, p, "x")
+		testutil.Must(t, os.Remove(p))
+	}
+	for _, rel := range misses {
+		write(t, host(rel), "late\n")
+	}
+	write(t, host("src/viacwd"), "late\n")
+	f.v.w.mu.Unlock()
+	f.v.Sync()
+	for _, rel := range misses {
+		if b, err := os.ReadFile(f.in(rel)); err != nil || string(b) != "late\n" {
+			t.Errorf("%s created during an overflow: %q %v", rel, b, err)
+		}
+	}
+	if err := unix.Fstatat(cwd, "viacwd", &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Errorf("src/viacwd created during an overflow, through a cwd: %v", err)
+	}
+}

@@ -95,6 +95,10 @@ type Config struct {
 	// no_space before it starts, so that an agent cannot fill the file
 	// system the ledger shares and deny every principal.
 	MinFree fileop.Reserve
+
+	// slotQueued, if set, is called each time an execute call joins the
+	// container queue (tests line callers up without sleeping).
+	slotQueued func()
 }
 
 // Lifecycle defaults.
@@ -224,6 +228,7 @@ func Run(ctx context.Context, cfg Config) error {
 		*p = abs
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, slots: newAdmission(cfg.MaxContainers)}
+	d.slots.queued = cfg.slotQueued
 	base, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls

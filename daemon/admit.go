@@ -46,14 +46,14 @@ type admission struct {
 	running    int                        // slots held
 	waiting    int                        // callers queued, all principals
 	seq        uint64                     // arrival order of waiters
-	principals map[string]*principalSlots // principals holding or waiting for slots
+	principals map[string]*principalSlots // principals holding, waiting for or lately done with slots
 	// queued, when set, is called each time a caller joins the queue, so
 	// that tests can order their callers without sleeping.
 	queued func()
 }
 
 // principalSlots is one principal's share of the admission: the slots it
-// holds and its queue. It is dropped once both are empty.
+// holds and its queue.
 type principalSlots struct {
 	held  int
 	queue list.List // *waiter, oldest first
@@ -78,10 +78,16 @@ func (a *admission) slotsOf(principal string) *principalSlots {
 	return ps
 }
 
-// forget drops principal's entry once it holds and waits for nothing, so
-// the map stays as small as the principals in the queue or in containers.
+// keepIdle is how many principals' entries are kept while they hold and
+// wait for nothing, so that a principal's next call allocates nothing
+// (principals are the manifest's, a few): beyond it, an entry is dropped
+// as it goes idle.
+const keepIdle = 64
+
+// forget drops principal's entry if it holds and waits for nothing and
+// more than keepIdle are kept.
 func (a *admission) forget(principal string, ps *principalSlots) {
-	if ps.held == 0 && ps.queue.Len() == 0 {
+	if ps.held == 0 && ps.queue.Len() == 0 && len(a.principals) > keepIdle {
 		delete(a.principals, principal)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,8 +42,12 @@ func wantStats(t *testing.T, a *admission, running, waiting int) {
 	if r, w := a.stats(); r != running || w != waiting {
 		t.Fatalf("running %d waiting %d, want %d and %d", r, w, running, waiting)
 	}
-	if running == 0 && waiting == 0 && len(a.principals) != 0 {
-		t.Fatalf("idle, yet principals are kept: %v", a.principals)
+	held := 0
+	for _, ps := range a.principals {
+		held += ps.held
+	}
+	if held != running {
+		t.Fatalf("principals hold %d slots, %d are held", held, running)
 	}
 }
 
@@ -218,6 +223,23 @@ func TestAdmissionTryAcquirePrincipals(t *testing.T) {
 	}
 	a.release("carol")
 	a.release("alice")
+	wantStats(t, a, 0, 0)
+}
+
+// TestAdmissionIdlePrincipals: a principal done with its slots leaves no
+// entry behind beyond keepIdle of them.
+func TestAdmissionIdlePrincipals(t *testing.T) {
+	a := newAdmission(1)
+	for i := range 4 * keepIdle {
+		p := fmt.Sprint("p", i)
+		if !a.tryAcquire(p) {
+			t.Fatal("no free slot")
+		}
+		a.release(p)
+	}
+	if n := len(a.principals); n > keepIdle {
+		t.Fatalf("%d idle principals kept, at most %d", n, keepIdle)
+	}
 	wantStats(t, a, 0, 0)
 }
 
@@ -584,4 +606,35 @@ func TestContainerAdmissionPrincipals(t *testing.T) {
 		default:
 		}
 	}
+}
+
+// BenchmarkAdmission: a slot taken and given back, free (every execute
+// call takes one) and with callers of three principals queueing for two
+// slots. Figures: docs/performance.md.
+func BenchmarkAdmission(b *testing.B) {
+	ctx := context.Background()
+	b.Run("free", func(b *testing.B) {
+		a := newAdmission(4)
+		for b.Loop() {
+			if err := a.acquire(ctx, agent, time.Hour); err != nil {
+				b.Fatal(err)
+			}
+			a.release(agent)
+		}
+	})
+	b.Run("contended", func(b *testing.B) {
+		a := newAdmission(2)
+		var n atomic.Int32
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			p := fmt.Sprint("p", n.Add(1)%3)
+			for pb.Next() {
+				if err := a.acquire(ctx, p, time.Hour); err != nil {
+					b.Error(err)
+					return
+				}
+				a.release(p)
+			}
+		})
+	})
 }

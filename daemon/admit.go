@@ -16,24 +16,25 @@ import (
 var errBusy = errors.New("no container slot free within the queue timeout")
 
 // admission caps the containers that run calls at once (docs/operating.md,
-// Container admission). Without a cap a burst of execute calls starts
-// every container at once on a few cores, and each of them then spends its
-// timeout_ms sharing the CPUs with all the others: on 2 cores, 40 at once
-// all ended timeout.
+// Container admission; docs/design.md §4). Without a cap a burst of
+// execute calls starts every container at once on a few cores, and each of
+// them then spends its timeout_ms sharing the CPUs with all the others: on
+// 2 cores, 40 at once all ended timeout.
 //
-// The slots are shared fairly between principals (docs/design.md §5): one
-// FIFO for everyone let a principal with many calls queued make another's
-// single call wait behind all of them and end busy (docs/security.md, The
-// third review). A call over the cap waits in its principal's own queue;
-// when a slot is given back it goes to the principal with calls waiting
-// that holds the fewest slots, the slot being given back still counted as
-// its holder's; among principals holding as many, to the one whose oldest
-// waiting call came first. So a principal holding no slot is served at the
-// next slot given back, behind at most one call of each other principal
-// that was waiting with no slot before it, never behind another's second
-// queued call; and a principal's own calls are served in the order they
-// came. A running call is never stopped to make room: a slot changes hands
-// only when its call ends.
+// The slots are shared between principals: one FIFO for everyone let a
+// principal with many calls queued make another's single call wait behind
+// all of them and end busy (docs/security.md, The third review). A call
+// over the cap waits in its principal's own queue; a slot given back goes
+// to the principal with calls waiting that holds the fewest slots, the
+// slot being given back still counted as its holder's (else a principal
+// whose call ends would take the slot back from one that holds none), and
+// among principals holding as many, to the one whose oldest waiting call
+// came first. So a principal that holds no slot is served at the next
+// slot given back, behind at most one call of each other principal that
+// holds none and was waiting first, never behind another's second queued
+// call; a principal's own calls are served in the order they came. A
+// running call is never stopped to make room: a slot changes hands only
+// when its call ends.
 //
 // A caller waits until a slot is handed to it, its queue timeout passes,
 // or its context ends. Waiters exist only while every slot is held (a
@@ -172,8 +173,7 @@ func (a *admission) releaseLocked(principal string) {
 		panic("admission: release of a slot " + principal + " does not hold")
 	}
 	// The next in turn is chosen while the slot still counts as its
-	// holder's: else a principal whose call ends, left with the fewest
-	// slots, would take it back from one that holds none and waits.
+	// holder's (see admission).
 	var next *principalSlots
 	var nextName string
 	var first *waiter

@@ -101,6 +101,10 @@ type Config struct {
 	// recorded, and one dropped record at the call's end says what was
 	// not recorded (docs/audit.md).
 	EgressAuditBytes int64
+
+	// slotQueued, if set, is called each time an execute call joins the
+	// container queue (tests line callers up without sleeping).
+	slotQueued func()
 }
 
 // Lifecycle defaults.
@@ -233,6 +237,7 @@ func Run(ctx context.Context, cfg Config) error {
 		*p = abs
 	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, slots: newAdmission(cfg.MaxContainers)}
+	d.slots.queued = cfg.slotQueued
 	base, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls

@@ -130,19 +130,31 @@ func TestReview8RecycledUIDReachesNoOtherView(t *testing.T) {
 	testutil.Must(t, err)
 	b := strings.Replace(string(body), `,"a":{`, `,"b":{"operation":"execute","mounts":["workspace/other"],"cwd":"workspace/other","pool":0,"commands":[["sh","-c",`+mustString(probe)+`]]},"a":{`, 1)
 	testutil.Must(t, os.WriteFile(m, []byte(b), 0o644))
+	var runDir string
 	h := start(t, m, securefs.ModeAuto, func(c *Config) {
 		c.UIDRange = sandbox.IDRange{First: 0x7F030010, Last: 0x7F030011}
+		runDir = c.RunDir
 	})
 	uidOf := func(out string) string { return strings.SplitN(strings.TrimSpace(out), "\n", 2)[0] }
+	// A container is destroyed in the background after its call; until
+	// then its uid is out of use, and on a busy machine the next tool took
+	// the other uid every time. Each call waits for the last one's
+	// container to be gone (its uid is given back right after its rootfs
+	// goes), so a uid is recycled whenever one is free.
+	settled := func() {
+		waitFor(t, "the last call's container to go", func() bool { return sandbox.Containers(runDir) == 0 })
+	}
 	seen := map[string]bool{}
 	recycled := false
-	for i := 0; i < 8 && !recycled; i++ {
+	for i := 0; i < 20 && !recycled; i++ {
+		settled()
 		res, raw := h.call("a", map[string]any{})
 		out := callOutput(res)
 		if !strings.Contains(out, viewContent) {
 			t.Fatalf("tool a does not read its own view: %s", raw)
 		}
 		seen[uidOf(out)] = true
+		settled()
 		res, raw = h.call("b", map[string]any{})
 		out = callOutput(res)
 		if res.Reason != api.ReasonAllowed {

@@ -24,7 +24,7 @@ import (
 // (docs/security.md, "The third review"). Reachable is decided by device
 // and inode: the file's directory or an ancestor, reached directly,
 // through a symlinked root, through a symlink on the manifest's path, or
-// through a bind mount. Read and list roots may hold it.
+// through a bind mount either way. Read and list roots may hold it.
 //
 // Layout under base: etc/sluice/ holds the manifest unless a row says
 // otherwise; workspace/ is the agent's.
@@ -79,6 +79,18 @@ func TestPolicyOutOfWriteRoots(t *testing.T) {
 				return m
 			}, `"w":{"operation":"write","roots":["workspace/bound"]}`,
 			`tools.w.roots[0]: "workspace/bound" (`},
+		{"the manifest's directory is bound into a write root",
+			func(t *testing.T, base string) string {
+				bindMount(t, filepath.Join(base, "etc/sluice"), filepath.Join(base, "workspace/bound"))
+				return inDir("etc/sluice")(t, base)
+			}, `"w":{"operation":"write","roots":["workspace"]}`,
+			`tools.w.roots[0]: "workspace" (`},
+		{"the manifest is reached through a bind mount of a write root's directory",
+			func(t *testing.T, base string) string {
+				bindMount(t, filepath.Join(base, "workspace/policy"), filepath.Join(base, "etc/sluice"))
+				return inDir("etc/sluice")(t, base)
+			}, `"w":{"operation":"write","roots":["workspace"]}`,
+			`tools.w.roots[0]: "workspace" (`},
 		{"the seccomp profile lies in a write root",
 			func(t *testing.T, base string) string {
 				testutil.Must(t, os.WriteFile(filepath.Join(base, "workspace/src/seccomp.json"), seccompJSON, 0o644))

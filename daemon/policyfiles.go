@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -89,9 +91,10 @@ func (pf *policyFiles) read(key, name string) ([]byte, error) {
 	if kp, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err == nil {
 		p.path = kp
 	}
+	r := newReach(p.dirs)
 	for _, d := range consulted {
-		if err := ancestors(d, p.dirs); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+		if err := r.add(d); err != nil {
+			return nil, fmt.Errorf("%s: where it lies: %w", name, err)
 		}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, authz.MaxManifestBytes+1))
@@ -198,40 +201,194 @@ func readlinkFd(fd int) (string, error) {
 	return string(buf[:n]), nil
 }
 
-// ancestors adds dir and every directory above it, by "..", to set,
-// up to the root of the mount namespace (whose ".." is itself) or a
-// directory already in set (its ancestors are too).
-func ancestors(dir int, set map[devIno]bool) error {
+// reach collects the directories from which a path leads down to a
+// directory: its ancestors by "..", in every mount that shows it. A bind
+// mount shows a directory at a second place (the manifest's directory
+// bound at /etc/sluice from beneath a workspace, or bound into one): each
+// view's ancestors are walked too. Views are found in
+// /proc/self/mountinfo and opened by the paths it gives, and a view is
+// used only if the kernel says it is that directory in that mount
+// (device, inode and mount id); one that is not (overmounted, renamed)
+// is not reachable by a path either.
+type reach struct {
+	set    map[devIno]bool // directories a path leads down from
+	walked map[viewID]bool
+	mounts []mountEntry // read on first need
+}
+
+// viewID is a directory in one mount.
+type viewID struct {
+	devIno
+	mnt uint64
+}
+
+type mountEntry struct {
+	id          uint64
+	dev         uint64
+	root, point string // the mount's root within its file system; where it is mounted
+}
+
+func newReach(set map[devIno]bool) *reach {
+	return &reach{set: set, walked: map[viewID]bool{}}
+}
+
+// maxReachSteps bounds one walk: far more than any directory depth times
+// the mounts that show it.
+const maxReachSteps = 1 << 16
+
+// add walks up from dir (an fd the caller keeps), and from each other
+// view of each directory on the way.
+func (r *reach) add(dir int) error {
 	cur, err := unix.Dup(dir)
 	if err != nil {
 		return err
 	}
 	defer func() { unix.Close(cur) }()
-	for i := 0; i < 4096; i++ {
-		id, _, err := statID(cur)
+	for range maxReachSteps {
+		v, err := viewOf(cur)
 		if err != nil {
 			return err
 		}
-		if set[id] {
-			return nil
+		if r.walked[v] {
+			return nil // this view's ancestors are in already
 		}
-		set[id] = true
+		r.walked[v] = true
+		r.set[v.devIno] = true
+		if err := r.views(cur, v); err != nil {
+			return err
+		}
 		up, err := unix.Openat(cur, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("open ..: %w", err)
 		}
-		upID, _, err := statID(up)
-		if err != nil {
-			unix.Close(up)
-			return err
-		}
 		unix.Close(cur)
 		cur = up
-		if upID == id {
-			return nil // "/"
-		}
 	}
 	return errors.New("directory chain too deep")
+}
+
+func viewOf(fd int) (viewID, error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_INO|unix.STATX_MNT_ID, &stx); err != nil {
+		return viewID{}, fmt.Errorf("statx: %w", err)
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return viewID{}, errors.New("statx: this kernel gives no mount id (Linux 5.8 or later needed)")
+	}
+	return viewID{devIno{unix.Mkdev(stx.Dev_major, stx.Dev_minor), stx.Ino}, stx.Mnt_id}, nil
+}
+
+// views walks every other mount's view of the directory fd holds (v).
+func (r *reach) views(fd int, v viewID) error {
+	if r.mounts == nil {
+		ms, err := readMountinfo()
+		if err != nil {
+			return err
+		}
+		r.mounts = ms
+	}
+	var own *mountEntry
+	for i := range r.mounts {
+		if r.mounts[i].id == v.mnt {
+			own = &r.mounts[i]
+		}
+	}
+	if own == nil {
+		return fmt.Errorf("mount %d is not in /proc/self/mountinfo", v.mnt)
+	}
+	kp, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return err
+	}
+	rel, ok := beneath(own.point, kp)
+	if !ok {
+		return fmt.Errorf("%s is not beneath its mount point %s", kp, own.point)
+	}
+	inFS := path.Join(own.root, rel) // the directory's path within its file system
+	for _, m := range r.mounts {
+		if m.id == v.mnt || m.dev != own.dev {
+			continue
+		}
+		sub, ok := beneath(m.root, inFS)
+		if !ok {
+			continue // this mount does not show the directory
+		}
+		there := path.Join(m.point, sub)
+		vfd, err := unix.Open(there, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // not reachable by this path (gone, overmounted by a file)
+		}
+		got, err := viewOf(vfd)
+		if err == nil && got == (viewID{v.devIno, m.id}) {
+			err = r.add(vfd)
+		} else {
+			err = nil // another directory is there now: not this view
+		}
+		unix.Close(vfd)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// beneath is p relative to dir ("." for dir itself), for clean absolute
+// paths as the kernel gives them.
+func beneath(dir, p string) (string, bool) {
+	switch {
+	case p == dir:
+		return ".", true
+	case dir == "/":
+		return strings.TrimPrefix(p, "/"), strings.HasPrefix(p, "/")
+	case strings.HasPrefix(p, dir+"/"):
+		return p[len(dir)+1:], true
+	}
+	return "", false
+}
+
+// readMountinfo reads this process's mounts.
+func readMountinfo() ([]mountEntry, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []mountEntry
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		id, err1 := strconv.ParseUint(f[0], 10, 64)
+		maj, min, ok := strings.Cut(f[2], ":")
+		ma, err2 := strconv.ParseUint(maj, 10, 32)
+		mi, err3 := strconv.ParseUint(min, 10, 32)
+		if err1 != nil || !ok || err2 != nil || err3 != nil {
+			return nil, fmt.Errorf("/proc/self/mountinfo: malformed line %q", line)
+		}
+		out = append(out, mountEntry{id: id, dev: unix.Mkdev(uint32(ma), uint32(mi)),
+			root: unescapeOctal(f[3]), point: unescapeOctal(f[4])})
+	}
+	return out, nil
+}
+
+// unescapeOctal undoes mountinfo's \ooo escapes (space, tab, newline,
+// backslash).
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // writesPolicy refuses a policy one of whose files a write or delete

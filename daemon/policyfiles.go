@@ -26,10 +26,11 @@ import (
 // whose root could replace the manifest, or a seccomp profile it names,
 // rewrites the policy at the next reload (docs/manifest.md, "Where the
 // manifest lives"; docs/security.md, "The third review"). The check is
-// made against the kernel, never on path strings: each policy file is
-// opened by a walk that records every directory a lookup of its path
-// consulted (following symlinks itself), and each such directory's
-// ancestors are collected by device and inode through "..". A writable
+// made against the kernel's identities, not by comparing path strings:
+// each policy file is opened by a walk that records every directory a
+// lookup of its path consulted (following symlinks itself), and each such
+// directory's ancestors are collected by device and inode through "..",
+// in every mount that shows the directory (reach). A writable
 // root whose fd has one of those identities — the file's directory, an
 // ancestor of it, a directory a symlink on the way lies in, the same
 // directory reached through a symlink or a bind mount — can replace a

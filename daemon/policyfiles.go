@@ -273,10 +273,29 @@ func viewOf(fd int) (viewID, error) {
 	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_INO|unix.STATX_MNT_ID, &stx); err != nil {
 		return viewID{}, fmt.Errorf("statx: %w", err)
 	}
-	if stx.Mask&unix.STATX_MNT_ID == 0 {
-		return viewID{}, errors.New("statx: this kernel gives no mount id (Linux 5.8 or later needed)")
+	v := viewID{devIno{unix.Mkdev(stx.Dev_major, stx.Dev_minor), stx.Ino}, stx.Mnt_id}
+	if stx.Mask&unix.STATX_MNT_ID == 0 { // before Linux 5.8: fdinfo has it
+		id, err := fdinfoMntID(fd)
+		if err != nil {
+			return viewID{}, err
+		}
+		v.mnt = id
 	}
-	return viewID{devIno{unix.Mkdev(stx.Dev_major, stx.Dev_minor), stx.Ino}, stx.Mnt_id}, nil
+	return v, nil
+}
+
+// fdinfoMntID is the mount id /proc/self/fdinfo gives for fd.
+func fdinfoMntID(fd int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "mnt_id:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("no mnt_id in /proc/self/fdinfo")
 }
 
 // views walks every other mount's view of the directory fd holds (v).

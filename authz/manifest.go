@@ -212,23 +212,39 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 		return nil, merr("", "larger than %d bytes", MaxManifestBytes)
 	}
 	// schema_version first: it decides how the rest is read.
-	var head struct {
-		SchemaVersion *json.RawMessage `json:"schema_version"`
-	}
+	// A map keeps keys as written: a struct would match Schema_Version.
+	var head map[string]json.RawMessage
 	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&head); err != nil {
 		return nil, merr("", "not valid JSON: %v", err)
 	}
-	if head.SchemaVersion == nil {
+	sv, ok := head["schema_version"]
+	if !ok {
 		return nil, merr("schema_version", "missing; add \"schema_version\": 1")
 	}
 	var v int
-	if err := json.Unmarshal(*head.SchemaVersion, &v); err != nil || v != 1 {
-		return nil, merr("schema_version", "is %s; this sluice reads only 1", string(*head.SchemaVersion))
+	if err := json.Unmarshal(sv, &v); err != nil || v != 1 {
+		return nil, merr("schema_version", "is %s; this sluice reads only 1", string(sv))
+	}
+	// Keys first, so that an unknown key is named with its path: every
+	// key at every depth must be spelled exactly as documented, once
+	// (encoding/json alone matches names ignoring case and lets a repeated
+	// key win; docs/security.md, "The third review"). ParseTOML comes
+	// through here too.
+	if json.Valid(data) {
+		if err := strictjson.CheckKeys(data, reflect.TypeOf((*Manifest)(nil))); err != nil {
+			return nil, keyError(err)
+		}
 	}
 	m := new(Manifest)
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(m); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			if key := jsonPathAt(data, te.Offset); key != "" {
+				return nil, merr(key, "expected %s, got JSON %s", te.Type, te.Value)
+			}
+		}
 		return nil, merr("", "%s", describeDecodeError(err))
 	}
 	if dec.More() {
@@ -237,12 +253,8 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, merr("", "trailing data after the manifest object")
 	}
-	if err := strictjson.CheckKeys(data, reflect.TypeOf(m)); err != nil {
-		var ke *strictjson.KeyError
-		if errors.As(err, &ke) {
-			return nil, merr(ke.Path, "%s; keys are case-sensitive and appear once", ke.Msg)
-		}
-		return nil, merr("", "%v", err)
+	if !json.Valid(data) { // the checks above fail first; fail closed
+		return nil, merr("", "not valid JSON")
 	}
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("manifest directory %q must be absolute", dir)
@@ -271,6 +283,81 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 	m.Canonical = canon
 	m.Version = "sha256:" + hex.EncodeToString(sum[:])
 	return m, nil
+}
+
+// keyError is a strictjson.CheckKeys error as a ManifestError.
+func keyError(err error) error {
+	var ke *strictjson.KeyError
+	if !errors.As(err, &ke) {
+		return merr("", "%v", err)
+	}
+	if ke.Msg == strictjson.MsgRepeated {
+		return merr(ke.Path, "given twice; a key appears once")
+	}
+	return merr(ke.Path, "unknown key (schema_version 1 has no such key; check its spelling: keys are case-sensitive)")
+}
+
+// jsonPathAt is the key path (tools.r.max_bytes, tools.r.roots[1]) of
+// the value data holds at byte offset off, where encoding/json reported
+// a value of the wrong type; its own Field leaves out map keys. "" if
+// not found.
+func jsonPathAt(data []byte, off int64) string {
+	type frame struct {
+		array bool
+		key   string // an object's current key
+		index int    // an array's current element
+	}
+	var stack []frame
+	path := func() string {
+		var b strings.Builder
+		for _, f := range stack {
+			if f.array {
+				fmt.Fprintf(&b, "[%d]", f.index)
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(f.key)
+		}
+		return b.String()
+	}
+	inObject := func() bool { return len(stack) > 0 && !stack[len(stack)-1].array }
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	wantKey := false // the next token is an object's key
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			wantKey = inObject()
+			continue
+		}
+		if wantKey {
+			stack[len(stack)-1].key, _ = tok.(string)
+			wantKey = false
+			continue
+		}
+		// a value: an array's next element, or the value of a key
+		if n := len(stack); n > 0 && stack[n-1].array {
+			stack[n-1].index++
+		}
+		if dec.InputOffset() >= off {
+			return path()
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{})
+			wantKey = true
+		case json.Delim('['):
+			stack = append(stack, frame{array: true, index: -1})
+		default:
+			wantKey = inObject()
+		}
+	}
 }
 
 func describeDecodeError(err error) string {

@@ -1,10 +1,16 @@
 package authz
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pelletier/go-toml/v2"
 
 	"github.com/sluicehq/sluice/api"
 )
@@ -48,7 +54,7 @@ func TestTOMLMatchesJSON(t *testing.T) {
 func TestTOMLErrors(t *testing.T) {
 	for _, c := range []struct{ name, doc, want string }{
 		{"unknown key", seedTOML + "\n[tools.x]\noperation = 'read'\nroots = ['a']\nmax_byte = 3\n",
-			"manifest: tools.x.max_byte: line 16: unknown key (schema_version 1 has no such key; check its spelling)"},
+			"manifest: tools.x.max_byte: line 16: unknown key (schema_version 1 has no such key; check its spelling: keys are case-sensitive)"},
 		{"unknown top key", "schema_version = 1\nbogus = 1\n[tools.a]\noperation='read'\nroots=['a']\n",
 			"manifest: bogus: line 2: unknown key"},
 		{"repeated key", "schema_version = 1\n[tools.a]\noperation = 'read'\nroots = ['a']\nroots = ['b']\n",
@@ -56,7 +62,7 @@ func TestTOMLErrors(t *testing.T) {
 		{"repeated table", "schema_version = 1\n[tools.a]\noperation = 'read'\n[tools.a]\nroots = ['b']\n",
 			"line 4"},
 		{"wrong type", "schema_version = 1\n[tools.a]\noperation = 'read'\nroots = ['a']\nmax_bytes = 'lots'\n",
-			"line 5"},
+			"manifest: tools.a.max_bytes: line 5: expected int64, got JSON string"},
 		{"no schema_version", "[tools.a]\noperation = 'read'\n", "manifest: schema_version: missing; add schema_version = 1"},
 		{"schema_version 2", "schema_version = 2\n", "manifest: schema_version: is 2; this sluice reads only 1"},
 		{"validated as JSON is", "schema_version = 1\n[tools.a]\noperation = 'read'\nroots = ['../x']\n", "manifest: tools.a.roots[0]"},
@@ -151,4 +157,236 @@ func firstOf(a, b *string) *string {
 		return a
 	}
 	return b
+}
+
+// TestTOMLKeysSpelledExactly: a TOML manifest is refused wherever its
+// JSON twin is, naming the same key: every key at every depth must be
+// spelled exactly as documented, and an empty array or table is kept, not
+// read as absent. The old decoder matched struct fields ignoring case, so
+// a case variant given after the real key silently won — an agent got
+// every tool and approver rights, read .env, wrote without approval
+// (docs/security.md, "The third review").
+func TestTOMLKeysSpelledExactly(t *testing.T) {
+	const read = "[tools.r]\noperation = 'read'\nroots = ['a']\n"
+	const readJSON = `"r":{"operation":"read","roots":["a"]}`
+	const fetch = "[tools.f]\noperation = 'fetch'\nhosts = ['example.com']\n"
+	const fetchJSON = `"f":{"operation":"fetch","hosts":["example.com"]`
+	for _, c := range []struct{ name, toml, json, key string }{
+		{"principal's Tools after tools, and APPROVER",
+			"schema_version = 1\n[principals.agent]\nuids = [1000]\ntools = ['r']\nTools = ['*']\nAPPROVER = true\n" + read + "[tools.w]\noperation = 'write'\nroots = ['a']\napproval = 'human'\n",
+			`{"schema_version":1,"principals":{"agent":{"APPROVER":true,"Tools":["*"],"tools":["r"],"uids":[1000]}},"tools":{` + readJSON + `,"w":{"operation":"write","roots":["a"],"approval":"human"}}}`,
+			"principals.agent.APPROVER"},
+		{"principal's Tools after tools",
+			"schema_version = 1\n[principals.agent]\nuids = [1000]\ntools = ['r']\nTools = ['*']\n" + read,
+			`{"schema_version":1,"principals":{"agent":{"uids":[1000],"tools":["r"],"Tools":["*"]}},"tools":{` + readJSON + `}}`,
+			"principals.agent.Tools"},
+		{"APPROVER alone",
+			"schema_version = 1\n[principals.agent]\nuids = [1000]\ntools = ['r']\nAPPROVER = true\n" + read,
+			`{"schema_version":1,"principals":{"agent":{"uids":[1000],"tools":["r"],"APPROVER":true}},"tools":{` + readJSON + `}}`,
+			"principals.agent.APPROVER"},
+		{"NEVER after never",
+			"schema_version = 1\n" + read + "never = ['.env']\nNEVER = []\n",
+			`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"never":[".env"],"NEVER":[]}}}`,
+			"tools.r.NEVER"},
+		{"Approval after approval",
+			"schema_version = 1\n[tools.w]\noperation = 'write'\nroots = ['a']\napproval = 'human'\nApproval = 'none'\n",
+			`{"schema_version":1,"tools":{"w":{"operation":"write","roots":["a"],"approval":"human","Approval":"none"}}}`,
+			"tools.w.Approval"},
+		{"Insecure_Allow_Private alone",
+			"schema_version = 1\n" + fetch + "Insecure_Allow_Private = true\n",
+			`{"schema_version":1,"tools":{` + fetchJSON + `,"Insecure_Allow_Private":true}}}`,
+			"tools.f.Insecure_Allow_Private"},
+		{"schemes = [] is not the default",
+			"schema_version = 1\n" + fetch + "schemes = []\n",
+			`{"schema_version":1,"tools":{` + fetchJSON + `,"schemes":[]}}}`,
+			"tools.f"},
+		{"an empty principals table is not absent",
+			"schema_version = 1\n[principals]\n" + read,
+			`{"schema_version":1,"principals":{},"tools":{` + readJSON + `}}`,
+			"principals"},
+		{"Tools table beside tools",
+			"schema_version = 1\n" + read + "[Tools.r]\noperation = 'read'\nroots = ['/']\n",
+			`{"schema_version":1,"tools":{` + readJSON + `},"Tools":{"r":{"operation":"read","roots":["/"]}}}`,
+			"Tools"},
+		{"Base after base",
+			"schema_version = 1\nbase = '/srv/ws'\nBase = '/'\n" + read,
+			`{"schema_version":1,"base":"/srv/ws","Base":"/","tools":{` + readJSON + `}}`,
+			"Base"},
+		{"Schema_Version beside schema_version",
+			"schema_version = 1\nSchema_Version = 2\n" + read,
+			`{"schema_version":1,"Schema_Version":2,"tools":{` + readJSON + `}}`,
+			"Schema_Version"},
+		{"Principals table",
+			"schema_version = 1\n[Principals.agent]\nuids = [1000]\ntools = ['*']\n" + read,
+			`{"schema_version":1,"Principals":{"agent":{"uids":[1000],"tools":["*"]}},"tools":{` + readJSON + `}}`,
+			"Principals"},
+		{"UIDS in a principal",
+			"schema_version = 1\n[principals.agent]\nuids = [1000]\nUIDS = [0]\ntools = ['r']\n" + read,
+			`{"schema_version":1,"principals":{"agent":{"uids":[1000],"UIDS":[0],"tools":["r"]}},"tools":{` + readJSON + `}}`,
+			"principals.agent.UIDS"},
+		{"Roots as a dotted key",
+			"schema_version = 1\ntools.x.operation = 'read'\ntools.x.roots = ['a']\ntools.x.Roots = ['/']\n",
+			`{"schema_version":1,"tools":{"x":{"operation":"read","roots":["a"],"Roots":["/"]}}}`,
+			"tools.x.Roots"},
+		{"Operation in an inline table",
+			"schema_version = 1\ntools = { r = { operation = 'read', Operation = 'write', roots = ['a'] } }\n",
+			`{"schema_version":1,"tools":{"r":{"operation":"read","Operation":"write","roots":["a"]}}}`,
+			"tools.r.Operation"},
+		{"Max_Bytes",
+			"schema_version = 1\n" + read + "max_bytes = 10\nMax_Bytes = 67108864\n",
+			`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":10,"Max_Bytes":67108864}}}`,
+			"tools.r.Max_Bytes"},
+		{"egress Hosts",
+			"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['pip']]\n[tools.x.egress]\nhosts = ['pypi.org']\nHosts = ['*']\n",
+			`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["pip"]],"egress":{"hosts":["pypi.org"],"Hosts":["*"]}}}}`,
+			"tools.x.egress.Hosts"},
+		{"egress Insecure_Allow_Private",
+			"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['pip']]\negress = { hosts = ['pypi.org'], Insecure_Allow_Private = true }\n",
+			`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["pip"]],"egress":{"hosts":["pypi.org"],"Insecure_Allow_Private":true}}}}`,
+			"tools.x.egress.Insecure_Allow_Private"},
+		{"an empty egress table is not absent",
+			"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['pip']]\n[tools.x.egress]\n",
+			`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["pip"]],"egress":{}}}}`,
+			"tools.x.egress.hosts"},
+		{"Mounts",
+			"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['ls']]\nmounts = ['a']\nMounts = ['etc']\n",
+			`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"mounts":["a"],"Mounts":["etc"]}}}`,
+			"tools.x.Mounts"},
+		{"a float where an integer goes",
+			"schema_version = 1\n" + read + "max_bytes = 1.0\n",
+			`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":1.0}}}`,
+			"tools.r.max_bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, jerr := Parse(strings.NewReader(c.json), "/base")
+			var je *ManifestError
+			if !errors.As(jerr, &je) || je.Key != c.key {
+				t.Fatalf("JSON twin: %v, want refused at %s", jerr, c.key)
+			}
+			m, err := ParseTOML(strings.NewReader(c.toml), "/base")
+			var te *ManifestError
+			if !errors.As(err, &te) || te.Key != c.key {
+				if m != nil {
+					t.Fatalf("TOML accepted as %s, want refused at %s as its JSON twin is (%v)", m.Canonical, c.key, jerr)
+				}
+				t.Fatalf("TOML: %v, want refused at %s as its JSON twin is (%v)", err, c.key, jerr)
+			}
+		})
+	}
+}
+
+// TestTOMLNoJSONMeaning: a TOML value JSON cannot carry (a date or
+// time, nan, inf) is refused, naming its key and line.
+func TestTOMLNoJSONMeaning(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{"schema_version = 1\n[tools.r]\noperation = 'read'\nroots = ['a']\ndescription = 1979-05-27\n",
+			"manifest: tools.r.description: line 5: is a TOML date or time"},
+		{"schema_version = 1\n[tools.r]\noperation = 'read'\nroots = [1979-05-27T07:32:00Z]\n",
+			"manifest: tools.r.roots[0]: line 4: is a TOML date or time"},
+		{"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['a']]\ncpus = nan\n",
+			"manifest: tools.x.cpus: line 5: is NaN"},
+		{"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['a']]\ncpus = -inf\n",
+			"manifest: tools.x.cpus: line 5: is -Inf"},
+	} {
+		_, err := ParseTOML(strings.NewReader(c.doc), "/base")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.doc, err, c.want)
+		}
+	}
+}
+
+// FuzzTOMLJSONTwins: the same document written as JSON and as TOML gets
+// the same policy (one policy_version) or the same refusal (naming the
+// same key): TOML and JSON have one validation path, with no difference
+// of key spelling or of omitted values (docs/security.md, "The third
+// review"). The input is JSON; a document TOML cannot hold (null, a
+// number no float holds, not an object) is skipped.
+func FuzzTOMLJSONTwins(f *testing.F) {
+	for _, s := range []string{
+		seedJSON,
+		`{"schema_version":1,"principals":{"agent":{"uids":[1000],"tools":["r"],"Tools":["*"],"APPROVER":true}},"tools":{"r":{"operation":"read","roots":["a"]}}}`,
+		`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"never":[".env"],"NEVER":[]}}}`,
+		`{"schema_version":1,"tools":{"f":{"operation":"fetch","hosts":["example.com"],"schemes":[],"Insecure_Allow_Private":true}}}`,
+		`{"schema_version":1,"principals":{},"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":1.0}}}`,
+		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["pip"]],"cpus":1e0,"env":{"A":"1","a":"2"},"egress":{"hosts":["pypi.org"],"schemes":[]}}}}`,
+		`{"schema_version":1,"tools":{"w":{"operation":"write","roots":["a"],"approval":"human","Approval":"none","mode":"create"}}}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		d := json.NewDecoder(strings.NewReader(doc))
+		d.UseNumber()
+		var tree any
+		if d.Decode(&tree) != nil {
+			return
+		}
+		obj, ok := tree.(map[string]any)
+		if !ok {
+			return
+		}
+		native, ok := tomlNative(obj)
+		if !ok {
+			return
+		}
+		js, err := json.Marshal(obj) // json.Number keeps its text; keys sorted
+		if err != nil {
+			return
+		}
+		tm, err := toml.Marshal(native)
+		if err != nil || toml.Unmarshal(tm, new(map[string]any)) != nil {
+			return // not a document go-toml writes and reads back
+		}
+		jm, jerr := Parse(bytes.NewReader(js), "/base")
+		m, terr := ParseTOML(bytes.NewReader(tm), "/base")
+		switch {
+		case jerr == nil && terr == nil:
+			if jm.Version != m.Version {
+				t.Fatalf("JSON %s\nTOML %s\ndiffer:\n%s\n%s", js, tm, jm.Canonical, m.Canonical)
+			}
+		case jerr == nil || terr == nil:
+			t.Fatalf("JSON %s: %v\nTOML:\n%s\n%v", js, jerr, tm, terr)
+		default:
+			var je, te *ManifestError
+			if !errors.As(jerr, &je) || !errors.As(terr, &te) || je.Key != te.Key {
+				t.Fatalf("refused at different keys:\nJSON %s: %v\nTOML:\n%s\n%v", js, jerr, tm, terr)
+			}
+		}
+	})
+}
+
+// tomlNative is a JSON tree as go-toml marshals it: a number an int64
+// when it is one, else a float64; false if the tree has a null or a
+// number no float64 holds.
+func tomlNative(v any) (any, bool) {
+	switch v := v.(type) {
+	case nil:
+		return nil, false
+	case json.Number:
+		if i, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+			return i, true
+		}
+		fl, err := strconv.ParseFloat(string(v), 64)
+		return fl, err == nil
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			n, ok := tomlNative(e)
+			if !ok {
+				return nil, false
+			}
+			out[k] = n
+		}
+		return out, true
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			n, ok := tomlNative(e)
+			if !ok {
+				return nil, false
+			}
+			out[i] = n
+		}
+		return out, true
+	}
+	return v, true
 }

@@ -100,6 +100,30 @@ func launch(tb testing.TB, cfg Config) (stop func()) {
 	}
 }
 
+// runRefused runs a daemon on manifest and returns the error it stopped
+// with before it was ready; a daemon that becomes ready is stopped, and
+// runRefused returns nil.
+func runRefused(tb testing.TB, manifest string) error {
+	tb.Helper()
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Manifest: manifest, Socket: filepath.Join(tb.TempDir(), "s.sock"), StateDir: tb.TempDir(),
+			RunDir: tb.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Helper: testutil.Helper(tb),
+			Ready: func() { close(ready) }})
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ready:
+		cancel()
+		<-done
+		return nil
+	}
+}
+
 // start runs a daemon in-process on a fresh socket and state dir and stops
 // it when the test ends.
 func start(t *testing.T, manifest string, mode securefs.Mode, tweak ...func(*Config)) *harness {
@@ -630,5 +654,41 @@ func TestTOMLManifest(t *testing.T) {
 	res, body := h.call("read_file", map[string]any{"path": "workspace/src/a.py"})
 	if res.Reason != api.ReasonAllowed || !strings.Contains(*res.Output, "hello") {
 		t.Errorf("read through a TOML manifest: %s", body)
+	}
+}
+
+// TestTOMLCaseVariantRefused: a TOML manifest with a key spelled other
+// than as documented is refused over the whole load path: sluiced does
+// not start on one, and a reload to one keeps the policy in force. The
+// old decoder matched keys ignoring case, so `NEVER = []` after
+// `never = ['.env']` let an agent read .env (docs/security.md, "The third
+// review").
+func TestTOMLCaseVariantRefused(t *testing.T) {
+	fx := escapetest.Build(t)
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/src/.env"), []byte("KEY=secret\n"), 0o600))
+	p := filepath.Join(fx.Base, "manifest.toml")
+	const good = "schema_version = 1\n[tools.read_file]\noperation = 'read'\nroots = ['workspace/src']\nnever = ['.env']\n"
+	testutil.Must(t, os.WriteFile(p, []byte(good+"NEVER = []\n"), 0o644))
+	err := runRefused(t, p)
+	if err == nil || !strings.Contains(err.Error(), "manifest: tools.read_file.NEVER: line 6: unknown key") {
+		t.Fatalf("sluiced on a manifest with NEVER after never: %v, want refused naming the key and line", err)
+	}
+	testutil.Must(t, os.WriteFile(p, []byte(good), 0o644))
+	h := start(t, p, securefs.ModeAuto)
+	ctx := context.Background()
+	before, err := h.c.Health(ctx)
+	testutil.Must(t, err)
+	if res, _ := h.call("read_file", map[string]string{"path": "workspace/src/.env"}); res.Reason != api.ReasonNeverListed {
+		t.Fatalf(".env under never: %s", res.Reason)
+	}
+	testutil.Must(t, os.WriteFile(p, []byte(good+"NEVER = []\n"), 0o644))
+	if _, err := h.c.Reload(ctx); err == nil || !strings.Contains(err.Error(), "tools.read_file.NEVER") {
+		t.Fatalf("reload to NEVER = []: %v, want refused", err)
+	}
+	if now, _ := h.c.Health(ctx); now.PolicyVersion != before.PolicyVersion {
+		t.Fatal("a refused reload changed the policy")
+	}
+	if res, _ := h.call("read_file", map[string]string{"path": "workspace/src/.env"}); res.Reason != api.ReasonNeverListed {
+		t.Fatalf(".env after a refused reload: %s", res.Reason)
 	}
 }

@@ -51,7 +51,7 @@ func FuzzLoadMounts(f *testing.F) {
 		f.Add(s.mounts, s.cwd, s.base)
 	}
 	bases := []string{"", "workspace", "workspace/src", "workspace/src/in_dir_link"}
-	seccompCache := map[string]*sandbox.Profile{}
+	files := newPolicyFiles()
 	f.Fuzz(func(t *testing.T, mounts, cwd string, baseSel uint8) {
 		tool := map[string]any{"operation": "execute", "commands": [][]string{{"true"}}, "pool": 0}
 		if mounts != "" {
@@ -102,7 +102,7 @@ func FuzzLoadMounts(f *testing.F) {
 			t.Fatal(err)
 		}
 		beneath := func(p string) bool { return p == basePath || strings.HasPrefix(p, basePath+"/") }
-		e, err := buildExec("run", tl, base, m.BaseDir, seccompCache)
+		e, err := buildExec("run", tl, base, m.BaseDir, files)
 		if err != nil {
 			return
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -76,7 +75,7 @@ func (e *execTool) start(name string, r *sandbox.Runner, pool sandbox.PoolSize, 
 // buildExec resolves an execute tool's mounts beneath base (each one a
 // root fd its view serves from, never a path looked up again) and builds
 // its spec. Errors name the manifest key.
-func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, seccompCache map[string]*sandbox.Profile) (*execTool, error) {
+func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, files *policyFiles) (*execTool, error) {
 	key := "tools." + name
 	e := &execTool{}
 	fail := func(err error) (*execTool, error) {
@@ -158,7 +157,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 		OpenFiles:   t.EffectiveMaxOpenFiles(),
 	}
 	prof := t.Seccomp
-	if cached, ok := seccompCache[prof]; ok {
+	if cached, ok := files.seccomp[prof]; ok {
 		spec.Seccomp = cached
 	} else {
 		data := profiles.DefaultSeccomp
@@ -167,7 +166,9 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 			if !filepath.IsAbs(p) {
 				p = filepath.Join(baseDir, p)
 			}
-			if data, err = os.ReadFile(p); err != nil {
+			// Read through the walk that records where it lies: no
+			// write root may reach it (writesPolicy).
+			if data, err = files.read(key+".seccomp", p); err != nil {
 				return fail(fmt.Errorf("manifest: %s.seccomp: %w", key, err))
 			}
 		}
@@ -176,7 +177,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 			return fail(fmt.Errorf("manifest: %s.seccomp: %w", key, err))
 		}
 		spec.Seccomp = sc
-		seccompCache[prof] = sc
+		files.seccomp[prof] = sc
 	}
 	return e, nil
 }

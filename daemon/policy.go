@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -50,7 +49,8 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(abs)
+	files := newPolicyFiles()
+	data, err := files.read("manifest", abs)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
 	}
@@ -64,12 +64,11 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		return nil, fmt.Errorf("manifest base %s: %w", m.BaseDir, err)
 	}
 	p := &policy{m: m, path: abs, base: base, roots: map[string][]*securefs.Root{}, exec: map[string]*execTool{}}
-	seccompCache := map[string]*sandbox.Profile{}
 	for name, t := range m.Tools {
 		if t.Operation != api.OpExecute {
 			continue
 		}
-		et, err := buildExec(name, t, base, m.BaseDir, seccompCache)
+		et, err := buildExec(name, t, base, m.BaseDir, files)
 		if err != nil {
 			p.close()
 			return nil, err
@@ -99,6 +98,10 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 			return nil, fmt.Errorf("manifest: tools.%s.%w", name, err)
 		}
 		p.roots[name] = rs
+	}
+	if err := writesPolicy(m, p.roots, files.files); err != nil {
+		p.close()
+		return nil, err
 	}
 	// Pools start last, once nothing else can fail the load: they create
 	// containers (tens of ms of CPU each) as soon as they exist.

@@ -24,6 +24,7 @@ TARGETS=(
   authz:FuzzParse
   authz:FuzzNeverFolded
   authz:FuzzParseTOML
+  authz:FuzzTOMLJSONTwins
   daemon:FuzzCallBody
   daemon:FuzzStreamEvents
   daemon:FuzzLoadMounts

@@ -26,6 +26,10 @@ type KeyError struct {
 
 func (e *KeyError) Error() string { return e.Path + ": " + e.Msg }
 
+// MsgRepeated is a KeyError's Msg for a key given twice; any other Msg is
+// a key that names no field.
+const MsgRepeated = "key given twice"
+
 // Decode decodes data into v (a pointer) strictly.
 func Decode(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -267,7 +271,7 @@ func (s *scanner) object(t reflect.Type) error {
 			}
 		}
 		if twice {
-			return &keyErr{steps: []step{{key: string(key)}}, msg: "key given twice"}
+			return &keyErr{steps: []step{{key: string(key)}}, msg: MsgRepeated}
 		}
 		var vt reflect.Type
 		switch {

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -132,10 +131,11 @@ func tomlToJSON(buf *bytes.Buffer, v any, key string) error {
 			s += ".0"
 		}
 		buf.WriteString(s)
-	case time.Time, toml.LocalDate, toml.LocalTime, toml.LocalDateTime:
-		return merr(key, "is a TOML date or time, which has no JSON meaning; no manifest key takes one (quote it if it is a string)")
 	default:
-		return merr(key, "is a TOML value of type %T, which has no JSON meaning", v)
+		// go-toml decodes nothing else but dates and times (time.Time for
+		// an offset date-time, which authz, pure and clockless, does not
+		// import by name).
+		return merr(key, "is a TOML date or time, which has no JSON meaning; no manifest key takes one (quote it if it is a string)")
 	}
 	return nil
 }

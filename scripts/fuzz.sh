@@ -34,6 +34,8 @@ TARGETS=(
   internal/strictjson:FuzzCheckKeys
   egress/netpolicy:FuzzParseURL
   egress/netpolicy:FuzzAuthorizeConnect
+  egress/netpolicy:FuzzAuthorizeWebhook
+  internal/termsafe:FuzzEscape
 )
 
 save=0

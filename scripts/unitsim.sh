@@ -41,10 +41,15 @@ go build -o bin/unitsim.d/unitsim ./scripts/unitsim
 for p in sandbox daemon; do go test -c -tags seccomp -o "bin/unitsim.d/$p.test" "./$p/"; done
 caps=$(sed -n 's/^CapabilityBoundingSet=~//p' scripts/sluiced.service | tr ' ' '\n' | sed 's/^CAP_//' | tr 'A-Z' 'a-z' | sed 's/^/-/' | paste -sd,)
 fail=0 pass=0
+# Tests whose own tooling the unit refuses (not sluiced): TestSeccompPrecompiledSameAsInit
+# reads the filter a container loaded with PTRACE_SEIZE, and the unit's SystemCallFilter=~@debug
+# refuses ptrace to the test process itself; sluiced never traces. make test runs it.
+declare -A skip=([sandbox]='^TestSeccompPrecompiledSameAsInit$' [daemon]='^$')
 for p in sandbox daemon; do
   echo "== $p under the unit's hardening (approximated)"
   if unshare -m --propagation unchanged env SLUICE_BIN_DIR="$PWD/bin" "$0" --inside "$PWD/$p" \
-      setpriv --bounding-set "$caps" -- "$PWD/bin/unitsim.d/unitsim" "$PWD/bin/unitsim.d/$p.test" -test.count=1; then
+      setpriv --bounding-set "$caps" -- "$PWD/bin/unitsim.d/unitsim" "$PWD/bin/unitsim.d/$p.test" -test.count=1 \
+      -test.skip "${skip[$p]}"; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1))

@@ -88,8 +88,12 @@ func forbidden(pkg, imp string) string {
 			return pkg + " is a leaf: it imports only api (for the one Kind type)"
 		}
 	case "internal/fileop":
-		if (ours && local != "internal/securefs" && local != "api" && local != "internal/foldname") || (thirdParty && imp != "golang.org/x/sys/unix") {
-			return pkg + " is a leaf: securefs, foldname, golang.org/x/sys/unix and the standard library only"
+		if (ours && local != "internal/securefs" && local != "api" && local != "internal/foldname" && local != "internal/errclass") || (thirdParty && imp != "golang.org/x/sys/unix") {
+			return pkg + " is a leaf: securefs, foldname, errclass, golang.org/x/sys/unix and the standard library only"
+		}
+	case "internal/errclass":
+		if (ours && local != "api") || (thirdParty && imp != "golang.org/x/sys/unix") {
+			return pkg + " is the one classification of errors: api, golang.org/x/sys/unix and the standard library only"
 		}
 	case "replay":
 		if ours && local != "api" && local != "audit" && local != "authz" {

@@ -173,7 +173,8 @@ func (c *call) awaitApproval(em emitter) bool {
 	sp, err := c.d.approvals.spill.put(id, c.body)
 	if err != nil {
 		c.d.log.Error("spilling a parked call's body failed; denying", "err", err, "call_id", c.id)
-		c.dec = authz.Decision{Reason: errclass.Reason(err), Rule: "tools." + c.req.Tool + ".approval"}
+		reason, _ := errclass.Reason(err) // ENOSPC no_space, ...
+		c.dec = authz.Decision{Reason: reason, Rule: "tools." + c.req.Tool + ".approval"}
 		c.finishDecided(em)
 		return false
 	}
@@ -251,7 +252,8 @@ func (c *call) awaitApproval(em emitter) bool {
 	body, err := c.d.approvals.spill.get(sp)
 	if err != nil {
 		c.d.log.Error("approved call's spilled body cannot be read back; denying", "err", err, "call_id", c.id)
-		c.dec = authz.Decision{Reason: errclass.Reason(err), Rule: "tools." + c.req.Tool + ".approval"}
+		reason, _ := errclass.Reason(err) // ENOSPC no_space, ...
+		c.dec = authz.Decision{Reason: reason, Rule: "tools." + c.req.Tool + ".approval"}
 		c.finishDecided(em)
 		return false
 	}

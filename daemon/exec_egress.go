@@ -232,7 +232,7 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 		<-done
 		if refused > 0 {
 			// One record counts the connections refused over the rate.
-			if err := c.appendConn(c.connRecord(egress.ConnRecord{Verdict: string(api.VerdictDeny), Reason: string(api.ReasonBusy),
+			if err := c.appendConn(c.connRecord(egress.ConnRecord{Verdict: string(api.VerdictDeny), Reason: api.ReasonBusy,
 				Detail: fmt.Sprintf("%d connections refused: over %d/s (burst %d) for one call", refused, egressConnRate, egressConnBurst)})); err != nil {
 				failed.Store(true)
 			}
@@ -256,11 +256,11 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 func (c *call) connRecord(r egress.ConnRecord) *audit.Record {
 	rec := &audit.Record{
 		Kind: audit.KindConnection, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
-		Tool: c.req.Tool, Operation: api.OpExecute, Verdict: api.Verdict(r.Verdict), Reason: api.Reason(r.Reason),
+		Tool: c.req.Tool, Operation: api.OpExecute, Verdict: api.Verdict(r.Verdict), Reason: r.Reason,
 		PolicyVersion: c.p.m.Version, Detail: redact.String(r.Detail, maxConnDetail),
 		Egress: &audit.Egress{Method: redact.String(r.Method, maxConnMethod), Target: redact.String(r.Target, maxConnTarget),
 			BytesIn: r.BytesIn, BytesOut: r.BytesOut},
-		Result: &audit.Result{OK: r.Reason == egress.ReasonAllowed, DurationMS: float64(r.Duration.Microseconds()) / 1000},
+		Result: &audit.Result{OK: r.Reason == api.ReasonAllowed, DurationMS: float64(r.Duration.Microseconds()) / 1000},
 	}
 	if r.Rule.Key != "" {
 		rec.Rule = "tools." + c.req.Tool + ".egress." + r.Rule.Key + "[" + strconv.Itoa(r.Rule.Index) + "]"

@@ -3,8 +3,6 @@
 package daemon
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -19,7 +17,6 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/egress/netpolicy"
-	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/fsview"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/profiles"
@@ -326,14 +323,9 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		box, createErr = c.p.runner.Create(et.spec)
 	}
 	if createErr != nil {
-		msg, reason := "create sandbox", errclass.Reason(createErr) // ENOSPC no_space, EMFILE busy, …
-		if errors.As(createErr, new(*sandbox.IDsExhaustedError)) {
-			// Every uid of the range runs a container: like a full
-			// admission queue, nothing ran and a retry may succeed.
-			msg, reason = "create sandbox: every container uid is in use", api.ReasonBusy
-		}
-		c.d.log.Error(msg, "err", createErr, "tool", c.req.Tool, "call_id", c.id)
-		return &outcome{reason: reason}
+		// ENOSPC no_space; EMFILE busy; every container uid in use busy
+		// (sandbox.IDsExhaustedError: nothing ran, a retry may succeed), …
+		return &outcome{reason: c.reasonOf(createErr, "create sandbox for "+c.req.Tool)}
 	}
 	var emit func(sandbox.Chunk)
 	if onChunk != nil {
@@ -348,8 +340,7 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		return &outcome{reason: api.ReasonAuditUnavailable}
 	}
 	if err != nil && res == nil {
-		c.d.log.Error("sandbox exec", "err", err, "call_id", c.id)
-		return &outcome{reason: errclass.Reason(err)}
+		return &outcome{reason: c.reasonOf(err, "sandbox exec")}
 	}
 	code := res.ExitCode
 	o := &outcome{output: res.Stdout, stderr: res.Stderr, truncated: res.Truncated, exitCode: &code}
@@ -358,8 +349,8 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		o.reason = api.ReasonLimitExceeded
 	case res.TimedOut:
 		o.reason = api.ReasonTimeout
-	case errors.Is(err, context.Canceled):
-		o.reason = c.endReason() // task_cancelled, shutdown, or the client went away
+	case err != nil: // the call's context ended: task_cancelled, shutdown, or the client went away
+		o.reason = c.reasonOf(err, "sandbox exec")
 	case res.Signal != 0:
 		o.reason, o.signal, o.exitCode = api.ReasonKilled, signalName(res.Signal), nil
 		c.d.log.Warn("a command died by a signal sluiced did not send", "signal", o.signal,

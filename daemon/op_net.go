@@ -4,7 +4,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"strconv"
 
@@ -134,13 +133,9 @@ func (c *call) netOutcome(res *egress.Result, err error, rec *audit.Egress) *out
 		}
 	}
 	if err != nil {
-		o.reason = api.Reason(egress.Reason(err))
-		switch {
-		case errors.Is(err, context.DeadlineExceeded), isTimeout(err):
-			o.reason = api.ReasonUpstreamError
-		case o.reason == api.ReasonCancelled:
-			o.reason = c.endReason()
-		}
+		// egress_denied, invalid_args, upstream_error (a timeout too), or
+		// why the call was cancelled.
+		o.reason = c.reasonOf(err, "egress request")
 		return o
 	}
 	o.ok = res.Status < 400
@@ -148,11 +143,6 @@ func (c *call) netOutcome(res *egress.Result, err error, rec *audit.Egress) *out
 	o.output, o.truncated = res.Body, res.Truncated
 	o.httpStatus, o.contentType = res.Status, res.ContentType
 	return o
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
 }
 
 // showBodyNow adds a parked post's body, read back from the spill and

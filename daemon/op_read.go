@@ -3,14 +3,12 @@
 package daemon
 
 import (
-	"errors"
 	"io"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -33,11 +31,9 @@ func (c *call) fileTool(f func(*securefs.Handle, int64) ([]byte, bool, error)) *
 	}
 	data, trunc, err := f(h, c.tool.EffectiveMaxBytes())
 	if err != nil {
-		if errors.Is(err, errHardLinked) {
-			return &outcome{reason: api.ReasonUnsupportedFileType}
-		}
-		c.d.log.Error("file tool failed", "err", err, "call_id", c.id)
-		return &outcome{reason: errclass.Reason(err)} // EIO internal_error, EMFILE busy, …
+		// Linked since the decision: unsupported_file_type, as the
+		// decision says of a linked file; EIO internal_error, EMFILE busy, …
+		return &outcome{reason: c.reasonOf(err, "file tool")}
 	}
 	return &outcome{ok: true, reason: api.ReasonAllowed, output: data, truncated: trunc}
 }

@@ -77,10 +77,6 @@ func links(kind api.Kind, nlink uint64) uint64 {
 	return 0
 }
 
-// errHardLinked: a regular file gained another name after the decision,
-// in a tool that refuses those (authz.Tool.RefusesHardLinks).
-var errHardLinked = errors.New("the file has more than one link")
-
 // resolveExisting resolves the whole path (read, list); the handle is kept
 // for the executor, which acts on it and never on the path.
 func (c *call) resolveExisting(root *securefs.Root, m authz.RootMatch, res *authz.Resource) error {

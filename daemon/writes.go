@@ -70,11 +70,11 @@ func (c *call) resolveParent(root *securefs.Root, m authz.RootMatch, res *authz.
 var testHookBeforeCommit func(*call)
 
 // errStaleTask: the call's task was cancelled between decision and commit.
-var errStaleTask = errors.New("the task was cancelled before the write committed")
+var errStaleTask = errclass.New(api.ReasonTaskCancelled, "the task was cancelled before the write committed")
 
 // errCancelledCall: the call was cancelled by id between decision and
 // commit.
-var errCancelledCall = errors.New("the call was cancelled before the write committed")
+var errCancelledCall = errclass.New(api.ReasonCancelled, "the call was cancelled before the write committed")
 
 // commitCheck is what must still hold when a write or delete commits: the
 // task's generation is the one the call was decided under, the call was
@@ -89,34 +89,18 @@ func (c *call) commitCheck(cur fileop.Current) error {
 	}
 	if c.tool.RefusesHardLinks() && links(cur.Kind, cur.Nlink) > 1 {
 		// Linked since the decision (which refuses a linked file): the
-		// file is not what the call was decided on.
-		return fmt.Errorf("%w: %w", errHardLinked, fileop.ErrChanged)
+		// file is not what the call was decided on. ErrChanged first: its
+		// reason, precondition_failed, is the one errclass finds.
+		return fmt.Errorf("%w: %w", fileop.ErrChanged, errHardLinked)
 	}
 	return fileop.MatchIfMatchContext(c.ctx, c.ifMatch, cur)
 }
 
 func (c *call) commitOutcome(err error, op string) *outcome {
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return &outcome{reason: c.endReason()}
-	case errors.Is(err, errStaleTask):
-		return &outcome{reason: api.ReasonTaskCancelled}
-	case errors.Is(err, errCancelledCall):
-		return &outcome{reason: api.ReasonCancelled}
-	case errors.Is(err, fileop.ErrPrecondition), errors.Is(err, fileop.ErrChanged), errors.Is(err, fileop.ErrExists),
-		errors.Is(err, fileop.ErrNotRegular), errors.Is(err, securefs.ErrNotExist):
-		// The file is not (any more) what the call required.
-		return &outcome{reason: api.ReasonPreconditionFailed}
-	}
-	// Everything else by its errno, in one place: ENOSPC and EDQUOT are
-	// no_space (and nothing was left behind), EMFILE busy, ….
-	reason := errclass.Reason(err)
-	if reason == api.ReasonInternalError {
-		c.d.log.Error(op+" failed", "err", err, "call_id", c.id)
-	} else {
-		c.d.log.Warn(op+" failed", "err", err, "reason", reason, "call_id", c.id)
-	}
-	return &outcome{reason: reason}
+	// Every reason is the error's own (fileop's sentinels: the file is not
+	// what the call required; ENOSPC no_space, ...) or, for a call
+	// cancelled or whose task was, the call's (reasonOf).
+	return &outcome{reason: c.reasonOf(err, op)}
 }
 
 // committed is the outcome of a write or delete that took effect: err is

@@ -297,3 +297,27 @@ func TestStaleWriteNotCommitted(t *testing.T) {
 	}
 	leftTemps(t, filepath.Dir(p))
 }
+
+// TestLinkedBeforeCommit: a file that gains a second name between a
+// write's decision (which refuses a linked file in a tool with never
+// globs) and its commit is not what the call was decided on:
+// precondition_failed, nothing changed. The commit's error wraps both
+// fileop.ErrChanged and errHardLinked (unsupported_file_type); the reason
+// is ErrChanged's, the first it wraps (errclass finds the outermost,
+// leftmost reason).
+func TestLinkedBeforeCommit(t *testing.T) {
+	fx, h := writeFixture(t)
+	src := filepath.Join(fx.Base, "workspace/src")
+	p := filepath.Join(src, "linked.txt")
+	testutil.Must(t, os.WriteFile(p, []byte("old"), 0o644))
+	testHookBeforeCommit = func(*call) { testutil.Must(t, os.Link(p, filepath.Join(src, "second-name"))) }
+	defer func() { testHookBeforeCommit = nil }()
+	res, body := h.call("write_file", map[string]any{"path": "workspace/src/linked.txt", "content": "new"})
+	if res.OK || res.Reason != api.ReasonPreconditionFailed {
+		t.Errorf("a write to a file linked after the decision: %s", body)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "old" {
+		t.Errorf("the file is now %q (%v)", b, err)
+	}
+	leftTemps(t, src)
+}

@@ -98,7 +98,7 @@ func (c *Client) CheckAddrs(addrs []netip.Addr, allowPrivate bool) (netip.Addr, 
 // checkErr names the host in a refusal; an upstream error passes as is.
 func checkErr(t *netpolicy.Target, err error) error {
 	if errors.Is(err, netpolicy.ErrEgressDenied) {
-		return denied("%s: %v", t.Host, reasonOf(err))
+		return denied("%s: %v", t.Host, detailOf(err))
 	}
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
@@ -125,7 +126,7 @@ func TestDialRefusesHostOwned(t *testing.T) {
 		if code := px.raw(t, req); code != http.StatusForbidden {
 			t.Errorf("proxy %q: %d, want 403", strings.SplitN(req, "\r", 2)[0], code)
 		}
-		if r := px.record(t); r.Reason != ReasonEgressDenied || !strings.Contains(r.Detail, "this host's own") {
+		if r := px.record(t); r.Reason != api.ReasonEgressDenied || !strings.Contains(r.Detail, "this host's own") {
 			t.Errorf("proxy record: %+v", r)
 		}
 	}

@@ -43,9 +43,9 @@
 // Errors: refusals match netpolicy.ErrEgressDenied (*netpolicy.DeniedError),
 // failures of an allowed request (resolve, connect, TLS, timeout) match
 // ErrUpstream (*UpstreamError), malformed requests match
-// netpolicy.ErrInvalidRequest; Reason
-// maps any of them to its stable reason code (egress_denied,
-// upstream_error, invalid_args, cancelled).
+// netpolicy.ErrInvalidRequest; each carries its stable reason code
+// (egress_denied, upstream_error, invalid_args, cancelled), which
+// errclass.Reason finds.
 //
 // The package builds everywhere; only HostOwns is Linux's (an rtnetlink
 // route lookup, golang.org/x/sys/unix), with an interface-list twin

@@ -5,25 +5,15 @@ import (
 	"errors"
 	"net"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
 // ErrUpstream matches every failure of an allowed request on the way to
 // or from the upstream. Refusals match netpolicy.ErrEgressDenied and
-// malformed requests netpolicy.ErrInvalidRequest.
+// malformed requests netpolicy.ErrInvalidRequest. Each carries its reason
+// (errclass.Reason finds it): egress_denied, invalid_args, upstream_error.
 var ErrUpstream = errors.New("upstream error")
-
-// Stable reason codes (docs/reasons.md) this package's errors map to; the
-// daemon's api package carries the same strings.
-const (
-	ReasonAllowed       = "allowed"
-	ReasonEgressDenied  = "egress_denied"
-	ReasonUpstreamError = "upstream_error"
-	ReasonInvalidArgs   = "invalid_args"
-	ReasonLimitExceeded = "limit_exceeded"
-	ReasonCancelled     = "cancelled"
-	ReasonInternalError = "internal_error"
-)
 
 // UpstreamError is a failure of an allowed request: the name did not
 // resolve, the connection was refused or reset, TLS failed (a certificate
@@ -38,6 +28,16 @@ func (e *UpstreamError) Error() string        { return "upstream " + e.Op + ": "
 func (e *UpstreamError) Unwrap() error        { return e.Err }
 func (e *UpstreamError) Is(target error) bool { return target == ErrUpstream }
 
+// Reason is upstream_error, or cancelled when the caller's context was
+// cancelled (the daemon then says why: cancelled, task_cancelled,
+// shutdown). The request's own timeout is upstream_error.
+func (e *UpstreamError) Reason() api.Reason {
+	if errors.Is(e.Err, context.Canceled) {
+		return api.ReasonCancelled
+	}
+	return api.ReasonUpstreamError
+}
+
 // Timeout reports whether the failure was the request's timeout.
 func (e *UpstreamError) Timeout() bool {
 	if e.Op == "timeout" || errors.Is(e.Err, context.DeadlineExceeded) {
@@ -47,31 +47,13 @@ func (e *UpstreamError) Timeout() bool {
 	return errors.As(e.Err, &ne) && ne.Timeout()
 }
 
-// Reason maps an error from this package to its stable reason code, in one
-// place (STYLE.md habit 15). A cancelled parent context is "cancelled".
-func Reason(err error) string {
-	switch {
-	case err == nil:
-		return ReasonAllowed
-	case errors.Is(err, netpolicy.ErrEgressDenied):
-		return ReasonEgressDenied
-	case errors.Is(err, netpolicy.ErrInvalidRequest):
-		return ReasonInvalidArgs
-	case errors.Is(err, context.Canceled):
-		return ReasonCancelled
-	case errors.Is(err, ErrUpstream):
-		return ReasonUpstreamError
-	}
-	return ReasonInternalError
-}
-
 func denied(format string, args ...any) error { return netpolicy.Denied(format, args...) }
 
-// reasonOf is the phrase of a *netpolicy.DeniedError, or the error's text.
-func reasonOf(err error) string {
+// detailOf is the phrase of a *netpolicy.DeniedError, or the error's text.
+func detailOf(err error) string {
 	var de *netpolicy.DeniedError
 	if errors.As(err, &de) {
-		return de.Reason
+		return de.Detail
 	}
 	return err.Error()
 }

@@ -116,7 +116,7 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchReques
 		if err != nil {
 			if hop > 0 {
 				res.Hops = append(res.Hops, Hop{URL: next})
-				return res, denied("redirect %d: %v", hop, reasonOf(err))
+				return res, denied("redirect %d: %v", hop, detailOf(err))
 			}
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 )
 
@@ -71,7 +72,7 @@ func TestFetchTLSNameMismatch(t *testing.T) {
 	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"other.test:" + srv.port}, InsecureAllowPrivate: true})
 	_, err := testClient(newResolver("other.test", "127.0.0.1")).Fetch(context.Background(), p, FetchRequest{URL: "https://other.test:" + srv.port + "/"})
 	var ue *UpstreamError
-	if !errors.As(err, &ue) || ue.Op != "tls" || Reason(err) != ReasonUpstreamError {
+	if !errors.As(err, &ue) || ue.Op != "tls" || reasonOf(err) != api.ReasonUpstreamError {
 		t.Fatalf("got %v, want a tls upstream error", err)
 	}
 	if srv.hits.Load() != 0 {
@@ -115,15 +116,15 @@ func TestFetchSlowBodyTimesOut(t *testing.T) {
 	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}, InsecureAllowPrivate: true, Timeout: 300 * time.Millisecond})
 	r, err := testClient(newResolver("api.test", "127.0.0.1")).Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + srv.port + "/"})
 	var ue *UpstreamError
-	if !errors.As(err, &ue) || !ue.Timeout() || Reason(err) != ReasonUpstreamError {
+	if !errors.As(err, &ue) || !ue.Timeout() || reasonOf(err) != api.ReasonUpstreamError {
 		t.Fatalf("got %v, want an upstream timeout (result %+v)", err, r)
 	}
 	// A cancelled parent is cancellation, not an upstream failure.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = testClient(newResolver("api.test", "127.0.0.1")).Fetch(ctx, p, FetchRequest{URL: "https://api.test:" + srv.port + "/"})
-	if Reason(err) != ReasonCancelled {
-		t.Fatalf("cancelled: %v (reason %s)", err, Reason(err))
+	if reasonOf(err) != api.ReasonCancelled {
+		t.Fatalf("cancelled: %v (reason %s)", err, reasonOf(err))
 	}
 }
 
@@ -191,7 +192,7 @@ func TestFetchLoopbackNeedsOptIn(t *testing.T) {
 	srv := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + srv.port}})
 	_, err := testClient(newResolver("api.test", "127.0.0.1")).Fetch(context.Background(), p, FetchRequest{URL: "https://api.test:" + srv.port + "/"})
-	if !errors.Is(err, netpolicy.ErrEgressDenied) || Reason(err) != ReasonEgressDenied || !strings.Contains(err.Error(), "loopback") {
+	if !errors.Is(err, netpolicy.ErrEgressDenied) || reasonOf(err) != api.ReasonEgressDenied || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("got %v, want egress denied (loopback)", err)
 	}
 	if srv.hits.Load() != 0 {
@@ -302,7 +303,7 @@ func TestFetchUpstreamErrors(t *testing.T) {
 	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"down.test:" + port, "nxdomain.test"}, InsecureAllowPrivate: true})
 	c := testClient(newResolver("down.test", "127.0.0.1"))
 	r, err := c.Fetch(context.Background(), p, FetchRequest{URL: "https://down.test:" + port + "/"})
-	if !errors.Is(err, ErrUpstream) || Reason(err) != ReasonUpstreamError || r == nil || !r.Addr.IsValid() {
+	if !errors.Is(err, ErrUpstream) || reasonOf(err) != api.ReasonUpstreamError || r == nil || !r.Addr.IsValid() {
 		t.Fatalf("connection refused: %v %+v", err, r)
 	}
 	_, err = c.Fetch(context.Background(), p, FetchRequest{URL: "https://nxdomain.test/"})

@@ -20,8 +20,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/egress/netpolicy"
+	"github.com/sluicehq/sluice/internal/errclass"
 )
+
+// reasonOf is the reason the daemon reports for an error of this package.
+func reasonOf(err error) api.Reason {
+	r, _ := errclass.Reason(err)
+	return r
+}
 
 // testCA is a throwaway CA whose leaf certificates name test hosts
 // (api.test, other.test, ...), so TLS is verified against the NAME the

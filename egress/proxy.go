@@ -16,7 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/egress/netpolicy"
+	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/redact"
 )
 
@@ -33,9 +35,9 @@ type ConnRecord struct {
 	BytesIn  int64 // upstream → client
 	Start    time.Time
 	Duration time.Duration
-	Verdict  string // "allow" or "deny"
-	Reason   string // "allowed", "egress_denied", "upstream_error", "invalid_args", "limit_exceeded"
-	Detail   string // why, for logs; never shown to the command as prose beyond the status line; never the request's own bytes
+	Verdict  string     // "allow" or "deny"
+	Reason   api.Reason // allowed, egress_denied, upstream_error, invalid_args, limit_exceeded
+	Detail   string     // why, for logs; never shown to the command as prose beyond the status line; never the request's own bytes
 }
 
 // Proxy is a forward proxy for a command's egress: HTTP CONNECT tunnels
@@ -180,7 +182,7 @@ func (h *headerLimit) Read(p []byte) (int, error) {
 var errHeaderTooLarge = errors.New("request header too large")
 
 func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
-	rec := ConnRecord{Start: time.Now(), Verdict: "deny", Reason: ReasonInvalidArgs}
+	rec := ConnRecord{Start: time.Now(), Verdict: "deny", Reason: api.ReasonInvalidArgs}
 	defer func() {
 		rec.Duration = time.Since(rec.Start)
 		if px.OnConn != nil {
@@ -259,7 +261,7 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 		t, rec.Rule, err = px.Policy.AuthorizeURL(req.RequestURI)
 	}
 	if err != nil {
-		rec.Reason, rec.Detail = ReasonEgressDenied, err.Error()
+		rec.Reason, rec.Detail = api.ReasonEgressDenied, err.Error()
 		reply(c, http.StatusForbidden, "sluice: egress denied")
 		return
 	}
@@ -269,7 +271,8 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	ap, err := client.Resolve(dctx, px.Policy, t)
 	if err != nil {
 		cancel()
-		rec.Reason, rec.Detail = Reason(err), err.Error()
+		rec.Reason, _ = errclass.Reason(err)
+		rec.Detail = err.Error()
 		if errors.Is(err, netpolicy.ErrEgressDenied) {
 			reply(c, http.StatusForbidden, "sluice: egress denied")
 		} else {
@@ -282,7 +285,7 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	up, err := newPinnedDialer(client.DialTimeout).dial(dctx, ap)
 	cancel()
 	if err != nil {
-		rec.Reason, rec.Detail = ReasonUpstreamError, err.Error()
+		rec.Reason, rec.Detail = api.ReasonUpstreamError, err.Error()
 		reply(c, http.StatusBadGateway, "sluice: upstream error")
 		return
 	}
@@ -298,7 +301,7 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	in := &countingConn{Conn: c, idle: idle}
 	if req.Method == http.MethodConnect {
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection Established\r\n\r\n"); err != nil {
-			rec.Reason, rec.Detail = ReasonUpstreamError, err.Error()
+			rec.Reason, rec.Detail = api.ReasonUpstreamError, err.Error()
 			return
 		}
 		// Bytes the client pipelined after the header are in br.
@@ -316,7 +319,7 @@ func (px *Proxy) serveConn(ctx context.Context, c net.Conn) {
 // the client went away is no upstream error: the client read what it
 // wanted (curl closes once it has Content-Length bytes), and the record
 // says how the relay ended.
-func forward(ctx context.Context, req *http.Request, t *netpolicy.Target, up, client *countingConn, idle time.Duration) (string, string) {
+func forward(ctx context.Context, req *http.Request, t *netpolicy.Target, up, client *countingConn, idle time.Duration) (api.Reason, string) {
 	req.RequestURI = ""
 	req.URL = t.URL
 	req.Host = t.URL.Host
@@ -329,16 +332,16 @@ func forward(ctx context.Context, req *http.Request, t *netpolicy.Target, up, cl
 	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
 		req.Header.Del("Expect")
 		if _, err := io.WriteString(client, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
-			return ReasonUpstreamError, "write 100-continue: " + err.Error()
+			return api.ReasonUpstreamError, "write 100-continue: " + err.Error()
 		}
 	}
 	up.SetDeadline(time.Now().Add(idle))
 	if err := req.Write(up); err != nil {
 		// net/http does not always wrap the writer's error.
 		if errors.Is(err, errLimitOut) || up.limit > 0 && up.written.Load() >= up.limit {
-			return ReasonLimitExceeded, "max_bytes_out reached"
+			return api.ReasonLimitExceeded, "max_bytes_out reached"
 		}
-		return ReasonUpstreamError, "write request: " + err.Error()
+		return api.ReasonUpstreamError, "write request: " + err.Error()
 	}
 	// The deadline moves with each read: a long, active download is not idle.
 	var writeErr error
@@ -354,13 +357,13 @@ func forward(ctx context.Context, req *http.Request, t *netpolicy.Target, up, cl
 	})); err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return ReasonAllowed, "cut when the call ended: " + err.Error()
+			return api.ReasonAllowed, "cut when the call ended: " + err.Error()
 		case writeErr != nil:
-			return ReasonAllowed, "the client went away: " + err.Error()
+			return api.ReasonAllowed, "the client went away: " + err.Error()
 		}
-		return ReasonUpstreamError, "copy response: " + err.Error()
+		return api.ReasonUpstreamError, "copy response: " + err.Error()
 	}
-	return ReasonAllowed, ""
+	return api.ReasonAllowed, ""
 }
 
 type writerFunc func([]byte) (int, error)
@@ -369,7 +372,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // pipe copies both ways until either side ends, no byte moves either way
 // for idle, or max_bytes_out is reached.
-func pipe(up, client *countingConn, pending *bufio.Reader, idle time.Duration) (string, string) {
+func pipe(up, client *countingConn, pending *bufio.Reader, idle time.Duration) (api.Reason, string) {
 	var last atomic.Int64
 	last.Store(time.Now().UnixNano())
 	// idleRead reads with a deadline, retrying while the other direction
@@ -415,15 +418,15 @@ func pipe(up, client *countingConn, pending *bufio.Reader, idle time.Duration) (
 	err2 := <-errc
 	for _, err := range []error{err1, err2} {
 		if errors.Is(err, errLimitOut) {
-			return ReasonLimitExceeded, "max_bytes_out reached"
+			return api.ReasonLimitExceeded, "max_bytes_out reached"
 		}
 	}
 	for _, err := range []error{err1, err2} {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return ReasonAllowed, "idle timeout"
+			return api.ReasonAllowed, "idle timeout"
 		}
 	}
-	return ReasonAllowed, ""
+	return api.ReasonAllowed, ""
 }
 
 type readerFunc func([]byte) (int, error)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/redact"
 )
@@ -103,14 +104,14 @@ func (e *proxyEnv) record(t *testing.T) ConnRecord {
 }
 
 func TestProxyConnect(t *testing.T) {
-	api := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	apiSrv := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "through the tunnel")
 	}))
 	other := newServer(t, []string{"other.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + api.port}, InsecureAllowPrivate: true})
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + apiSrv.port}, InsecureAllowPrivate: true})
 	e := startProxy(t, &Proxy{Client: testClient(newResolver("api.test", "127.0.0.1", "other.test", "127.0.0.1")), Policy: p})
 
-	resp, err := e.client().Get("https://api.test:" + api.port + "/x")
+	resp, err := e.client().Get("https://api.test:" + apiSrv.port + "/x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +121,8 @@ func TestProxyConnect(t *testing.T) {
 		t.Fatalf("body %q", b)
 	}
 	r := e.record(t)
-	if r.Method != "CONNECT" || r.Host != "api.test" || r.Addr.String() != "127.0.0.1:"+api.port ||
-		r.Verdict != "allow" || r.Reason != ReasonAllowed || r.BytesIn == 0 || r.BytesOut == 0 || r.Rule.Index != 0 {
+	if r.Method != "CONNECT" || r.Host != "api.test" || r.Addr.String() != "127.0.0.1:"+apiSrv.port ||
+		r.Verdict != "allow" || r.Reason != api.ReasonAllowed || r.BytesIn == 0 || r.BytesOut == 0 || r.Rule.Index != 0 {
 		t.Fatalf("record %+v", r)
 	}
 
@@ -130,7 +131,7 @@ func TestProxyConnect(t *testing.T) {
 		t.Fatalf("CONNECT to an undeclared host: %d", code)
 	}
 	r = e.record(t)
-	if r.Verdict != "deny" || r.Reason != ReasonEgressDenied || r.Addr.IsValid() || other.hits.Load() != 0 {
+	if r.Verdict != "deny" || r.Reason != api.ReasonEgressDenied || r.Addr.IsValid() || other.hits.Load() != 0 {
 		t.Fatalf("record %+v, other hits %d", r, other.hits.Load())
 	}
 	// The Go client sees the refusal too.
@@ -139,24 +140,24 @@ func TestProxyConnect(t *testing.T) {
 	}
 	e.record(t)
 	// A declared host on a port its entry does not allow, and a raw IP.
-	for _, target := range []string{"api.test:443", "127.0.0.1:" + api.port} {
+	for _, target := range []string{"api.test:443", "127.0.0.1:" + apiSrv.port} {
 		if code := e.raw(t, "CONNECT "+target+" HTTP/1.1\r\n\r\n"); code != 403 {
 			t.Fatalf("CONNECT %s: %d", target, code)
 		}
-		if r := e.record(t); r.Reason != ReasonEgressDenied {
+		if r := e.record(t); r.Reason != api.ReasonEgressDenied {
 			t.Fatalf("CONNECT %s: %+v", target, r)
 		}
 	}
 }
 
 func TestProxyLoopbackNeedsOptIn(t *testing.T) {
-	api := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + api.port}})
+	apiSrv := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + apiSrv.port}})
 	e := startProxy(t, &Proxy{Client: testClient(newResolver("api.test", "127.0.0.1")), Policy: p})
-	if code := e.raw(t, "CONNECT api.test:"+api.port+" HTTP/1.1\r\n\r\n"); code != 403 {
+	if code := e.raw(t, "CONNECT api.test:"+apiSrv.port+" HTTP/1.1\r\n\r\n"); code != 403 {
 		t.Fatalf("got %d", code)
 	}
-	if r := e.record(t); r.Reason != ReasonEgressDenied || !strings.Contains(r.Detail, "loopback") {
+	if r := e.record(t); r.Reason != api.ReasonEgressDenied || !strings.Contains(r.Detail, "loopback") {
 		t.Fatalf("record %+v", r)
 	}
 }
@@ -179,7 +180,7 @@ func TestProxyPlainHTTP(t *testing.T) {
 	if string(b) != "plain plain.test:"+srv.port+" /p?q=1" {
 		t.Fatalf("body %q", b)
 	}
-	if r := e.record(t); r.Method != "GET" || r.Verdict != "allow" || r.Reason != ReasonAllowed || r.BytesIn == 0 {
+	if r := e.record(t); r.Method != "GET" || r.Verdict != "allow" || r.Reason != api.ReasonAllowed || r.BytesIn == 0 {
 		t.Fatalf("record %+v", r)
 	}
 	// Expect: 100-continue is answered by the proxy, then the body flows.
@@ -233,16 +234,16 @@ func TestProxyRecordsBounded(t *testing.T) {
 	for _, c := range []struct {
 		name, req string
 		code      int
-		reason    string
+		reason    api.Reason
 		target    string // the record's target, when the request parsed
 	}{
-		{"malformed 32 KB line", "GET http://plain.test/?key=" + secret + long + "\r\n\r\n", 400, ReasonInvalidArgs, ""},
-		{"malformed header line", "GET http://plain.test:" + srv.port + "/ HTTP/1.1\r\nAuthorization " + secret + long + "\r\n\r\n", 400, ReasonInvalidArgs, ""},
-		{"allowed, key in the query", "GET http://plain.test:" + srv.port + "/p?api_key=" + secret + "&q=1 HTTP/1.1\r\n\r\n", 200, ReasonAllowed,
+		{"malformed 32 KB line", "GET http://plain.test/?key=" + secret + long + "\r\n\r\n", 400, api.ReasonInvalidArgs, ""},
+		{"malformed header line", "GET http://plain.test:" + srv.port + "/ HTTP/1.1\r\nAuthorization " + secret + long + "\r\n\r\n", 400, api.ReasonInvalidArgs, ""},
+		{"allowed, key in the query", "GET http://plain.test:" + srv.port + "/p?api_key=" + secret + "&q=1 HTTP/1.1\r\n\r\n", 200, api.ReasonAllowed,
 			"http://plain.test:" + srv.port + "/p?api_key=<sha256:" + shortHex(secret) + ">&q=<sha256:" + shortHex("1") + ">"},
-		{"refused, key in the query", "GET http://evil.test/?key=" + secret + " HTTP/1.1\r\n\r\n", 403, ReasonEgressDenied,
+		{"refused, key in the query", "GET http://evil.test/?key=" + secret + " HTTP/1.1\r\n\r\n", 403, api.ReasonEgressDenied,
 			"http://evil.test/?key=<sha256:" + shortHex(secret) + ">"},
-		{"long path", "GET http://plain.test:" + srv.port + "/" + long[:20000] + "?key=" + secret + " HTTP/1.1\r\n\r\n", 403, ReasonEgressDenied, ""},
+		{"long path", "GET http://plain.test:" + srv.port + "/" + long[:20000] + "?key=" + secret + " HTTP/1.1\r\n\r\n", 403, api.ReasonEgressDenied, ""},
 	} {
 		if code := e.raw(t, c.req); code != c.code {
 			t.Errorf("%s: %d, want %d", c.name, code, c.code)
@@ -280,7 +281,7 @@ func TestProxyMaxBytesOut(t *testing.T) {
 		t.Log("client saw a response")
 	}
 	r := e.record(t)
-	if r.Reason != ReasonLimitExceeded || r.BytesOut > 1000 {
+	if r.Reason != api.ReasonLimitExceeded || r.BytesOut > 1000 {
 		t.Fatalf("record %+v", r)
 	}
 	select {
@@ -313,7 +314,7 @@ func TestProxySlowloris(t *testing.T) {
 	if string(b) != "ok" {
 		t.Fatalf("body %q", b)
 	}
-	if r := e.record(t); r.Reason != ReasonAllowed {
+	if r := e.record(t); r.Reason != api.ReasonAllowed {
 		t.Fatalf("first record should be the fast client: %+v", r)
 	}
 	// The slow ones are cut off by the header timeout.
@@ -373,7 +374,7 @@ func TestProxyPlainEndsWithoutUpstreamError(t *testing.T) {
 	}
 	c.Close()
 	close(more)
-	if r := e.record(t); r.Verdict != "allow" || r.Reason != ReasonAllowed || !strings.Contains(r.Detail, "client went away") {
+	if r := e.record(t); r.Verdict != "allow" || r.Reason != api.ReasonAllowed || !strings.Contains(r.Detail, "client went away") {
 		t.Errorf("the client went away mid-response: record %+v", r)
 	}
 
@@ -387,7 +388,7 @@ func TestProxyPlainEndsWithoutUpstreamError(t *testing.T) {
 		t.Fatalf("whole: %q %v", b, err)
 	}
 	e.cancel() // the call ends while the upstream's connection is still open
-	if r := e.record(t); r.Verdict != "allow" || r.Reason != ReasonAllowed || !strings.Contains(r.Detail, "call ended") {
+	if r := e.record(t); r.Verdict != "allow" || r.Reason != api.ReasonAllowed || !strings.Contains(r.Detail, "call ended") {
 		t.Errorf("the proxy stopped after the whole response: record %+v", r)
 	}
 	if err := <-e.done; err != nil {
@@ -397,11 +398,11 @@ func TestProxyPlainEndsWithoutUpstreamError(t *testing.T) {
 }
 
 func TestProxyServeStopsTunnels(t *testing.T) {
-	api := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + api.port}, InsecureAllowPrivate: true})
+	apiSrv := newServer(t, []string{"api.test"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	p := mustPolicy(t, netpolicy.Config{Hosts: []string{"api.test:" + apiSrv.port}, InsecureAllowPrivate: true})
 	e := startProxy(t, &Proxy{Client: testClient(newResolver("api.test", "127.0.0.1")), Policy: p})
 	c := e.dial(t)
-	io.WriteString(c, "CONNECT api.test:"+api.port+" HTTP/1.1\r\n\r\n")
+	io.WriteString(c, "CONNECT api.test:"+apiSrv.port+" HTTP/1.1\r\n\r\n")
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
 	if err != nil || resp.StatusCode != 200 {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/sluicehq/sluice/api"
 )
 
 // IDRange is a block of host ids, First through Last inclusive, that
@@ -95,6 +97,10 @@ type IDsExhaustedError struct {
 	Range IDRange
 	Live  int // ids held by live containers
 }
+
+// Reason is busy: like a full admission queue, nothing ran and a retry
+// may succeed once a container is destroyed.
+func (e *IDsExhaustedError) Reason() api.Reason { return api.ReasonBusy }
 
 func (e *IDsExhaustedError) Error() string {
 	return fmt.Sprintf("no free container uid: all of %s is held (%d by live containers, the rest by host accounts); widen --uid-range or lower pool sizes", e.Range, e.Live)

@@ -4,10 +4,14 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/errclass"
 )
 
 func TestParseIDRange(t *testing.T) {
@@ -94,6 +98,11 @@ func TestHostIDsSkipped(t *testing.T) {
 		if errors.As(err, &ex) {
 			if ex.Live != len(got) || ex.Range != rng {
 				t.Fatalf("exhausted: %+v after %d", ex, len(got))
+			}
+			// Nothing ran and a retry may succeed: busy, as a full
+			// admission queue is.
+			if r, _ := errclass.Reason(fmt.Errorf("create: %w", err)); r != api.ReasonBusy {
+				t.Fatalf("exhausted is %s, want busy", r)
 			}
 			break
 		}

@@ -302,7 +302,7 @@ func noopServer(sock, file, ledger string) {
 	data, err := os.ReadFile(file)
 	check(err)
 	s := string(data)
-	res, _ := json.Marshal(api.CallResult{CallID: "c-01NOOP", Verdict: "allow", Reason: "allowed", OK: true, Output: &s, Bytes: int64(len(data)), PolicyVersion: "sha256:" + strings.Repeat("0", 64)})
+	res, _ := json.Marshal(api.CallResult{CallID: "c-01NOOP", Verdict: api.VerdictAllow, Reason: api.ReasonAllowed, OK: true, Output: &s, Bytes: int64(len(data)), PolicyVersion: "sha256:" + strings.Repeat("0", 64)})
 	health, _ := json.Marshal(api.Health{Status: "ok"})
 	ln, err := net.Listen("unix", sock)
 	check(err)

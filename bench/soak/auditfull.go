@@ -147,7 +147,7 @@ func scenarioAuditFull(dir string) (r row) {
 			return fmt.Errorf("%d calls since the first audit_unavailable", n-au)
 		}
 		return nil
-	}), "audit_unavailable") {
+	}), string(api.ReasonAuditUnavailable)) {
 		return
 	}
 	stopWorkers()

@@ -3,40 +3,55 @@ package netpolicy
 import (
 	"errors"
 	"fmt"
+
+	"github.com/sluicehq/sluice/api"
 )
 
 // Sentinels, checked with errors.Is. Every refusal matches ErrEgressDenied
-// (reason code egress_denied); a malformed request (a method other than
-// GET/HEAD, a body that is not JSON) matches ErrInvalidRequest
-// (invalid_args).
+// and carries reason egress_denied; a malformed request (a method other
+// than GET/HEAD, a body that is not JSON) matches ErrInvalidRequest and
+// carries invalid_args. The daemon finds the reason with errclass, by the
+// Reason method: this package spells no reason itself.
 var (
-	ErrEgressDenied   = errors.New("egress denied")
-	ErrInvalidRequest = errors.New("invalid egress request")
+	ErrEgressDenied   error = &reasonError{api.ReasonEgressDenied, "egress denied"}
+	ErrInvalidRequest error = &reasonError{api.ReasonInvalidArgs, "invalid egress request"}
 )
+
+// reasonError is a sentinel with its reason. (internal/errclass has the
+// general type; this package stays a leaf on api and the standard library
+// so that authz, which decides with it, stays pure.)
+type reasonError struct {
+	reason api.Reason
+	text   string
+}
+
+func (e *reasonError) Error() string      { return e.text }
+func (e *reasonError) Reason() api.Reason { return e.reason }
 
 // DeniedError is a refusal: by parsing (a URL trick), by policy (host,
 // scheme, port, header, webhook) or by address (loopback, private, ...).
-// Reason is a short phrase for the audit and logs; callers see the stable
+// Detail is a short phrase for the audit and logs; callers see the stable
 // code egress_denied, not this prose.
 type DeniedError struct {
-	Reason string
+	Detail string
 }
 
-func (e *DeniedError) Error() string        { return "egress denied: " + e.Reason }
+func (e *DeniedError) Error() string        { return "egress denied: " + e.Detail }
 func (e *DeniedError) Is(target error) bool { return target == ErrEgressDenied }
+func (e *DeniedError) Reason() api.Reason   { return api.ReasonEgressDenied }
 
-// Denied returns a *DeniedError with a formatted reason.
+// Denied returns a *DeniedError with a formatted detail.
 func Denied(format string, args ...any) error {
-	return &DeniedError{Reason: fmt.Sprintf(format, args...)}
+	return &DeniedError{Detail: fmt.Sprintf(format, args...)}
 }
 
 func denied(format string, args ...any) error { return Denied(format, args...) }
 
-// reasonOf is the phrase of a *DeniedError, or the error's text.
-func reasonOf(err error) string {
+// detailOf is the phrase of a *DeniedError, or the error's text.
+func detailOf(err error) string {
 	var de *DeniedError
 	if errors.As(err, &de) {
-		return de.Reason
+		return de.Detail
 	}
 	return err.Error()
 }

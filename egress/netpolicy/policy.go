@@ -200,7 +200,7 @@ func parseHostRule(entry string) (hostRule, error) {
 	}
 	t, err := parseAuthority(s, 0)
 	if err != nil {
-		return r, fmt.Errorf("%v", reasonOf(err))
+		return r, fmt.Errorf("%v", detailOf(err))
 	}
 	if t.IP.IsValid() {
 		if r.wildcard {
@@ -341,7 +341,7 @@ func parseWebhook(glob string) (webhookRule, error) {
 	// replaced, then split the path from the raw glob.
 	t, err := ParseURL(strings.ReplaceAll(glob, "*", "x"))
 	if err != nil {
-		return r, fmt.Errorf("%v", reasonOf(err))
+		return r, fmt.Errorf("%v", detailOf(err))
 	}
 	r.scheme = t.Scheme
 	r.host = t
@@ -372,7 +372,7 @@ func parseWebhook(glob string) (webhookRule, error) {
 		return r, fmt.Errorf("path must start with /")
 	}
 	if err := checkPath(path); err != nil {
-		return r, fmt.Errorf("%v", reasonOf(err))
+		return r, fmt.Errorf("%v", detailOf(err))
 	}
 	r.path = strings.Split(path[1:], "/")
 	for _, seg := range r.path {

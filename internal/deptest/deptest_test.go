@@ -68,8 +68,8 @@ func forbidden(pkg, imp string) string {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix", "crypto/tls":
 			return pkg + " is pure: no syscalls, no I/O, no network"
 		}
-		if ours || thirdParty {
-			return pkg + " is a leaf on the standard library"
+		if (ours && local != "api") || thirdParty {
+			return pkg + " is a leaf: api (for the reasons its errors carry) and the standard library only"
 		}
 	case "internal/strictjson", "internal/foldname", "internal/jsonenc", "internal/redact", "internal/termsafe":
 		switch imp {
@@ -88,8 +88,12 @@ func forbidden(pkg, imp string) string {
 			return pkg + " is a leaf: it imports only api (for the one Kind type)"
 		}
 	case "internal/fileop":
-		if (ours && local != "internal/securefs" && local != "api" && local != "internal/foldname") || (thirdParty && imp != "golang.org/x/sys/unix") {
-			return pkg + " is a leaf: securefs, foldname, golang.org/x/sys/unix and the standard library only"
+		if (ours && local != "internal/securefs" && local != "api" && local != "internal/foldname" && local != "internal/errclass") || (thirdParty && imp != "golang.org/x/sys/unix") {
+			return pkg + " is a leaf: securefs, foldname, errclass, golang.org/x/sys/unix and the standard library only"
+		}
+	case "internal/errclass":
+		if (ours && local != "api") || (thirdParty && imp != "golang.org/x/sys/unix") {
+			return pkg + " is the one classification of errors: api, golang.org/x/sys/unix and the standard library only"
 		}
 	case "replay":
 		if ours && local != "api" && local != "audit" && local != "authz" {

@@ -30,7 +30,7 @@ type DeleteResult struct {
 // Delete removes p's final name if it is a regular file or a symlink: a
 // symlink itself is removed, never followed; a directory is a *KindError
 // that is ErrIsDir; a FIFO, socket or device a *KindError (ErrNotRegular);
-// a missing name securefs.ErrNotExist. check, if set, runs on the name as
+// a missing name securefs.ErrNotExist (precondition_failed). check, if set, runs on the name as
 // it is right before unlinkat(parent, name, 0), and an error from it
 // leaves the name in place. The directory is fsynced afterwards.
 //
@@ -59,7 +59,7 @@ func DeleteContext(ctx context.Context, p *Parent, check func(Current) error) (D
 	var res DeleteResult
 	switch cur.Kind {
 	case KindAbsent:
-		return DeleteResult{}, fmt.Errorf("delete %q: %w", p.Name, securefs.ErrNotExist)
+		return DeleteResult{}, gone("delete %q: %w", p.Name, securefs.ErrNotExist)
 	case securefs.KindFile:
 		res = DeleteResult{Kind: cur.Kind, Size: cur.Size}
 		if cur.Size <= MaxHashBytes {
@@ -90,7 +90,7 @@ func DeleteContext(ctx context.Context, p *Parent, check func(Current) error) (D
 	switch err := unix.Unlinkat(p.fd(), p.Name, 0); err {
 	case nil:
 	case unix.ENOENT:
-		return DeleteResult{}, fmt.Errorf("delete %q: %w (%v)", p.Name, securefs.ErrNotExist, err)
+		return DeleteResult{}, gone("delete %q: %w (%v)", p.Name, securefs.ErrNotExist, err)
 	case unix.EISDIR:
 		return DeleteResult{}, fmt.Errorf("delete: %w", &KindError{Name: p.Name, Kind: securefs.KindDir})
 	default:

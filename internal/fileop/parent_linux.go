@@ -16,42 +16,57 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/foldname"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
-// Sentinel errors, checked with errors.Is. A missing name or parent is
-// securefs.ErrNotExist and an escape securefs.ErrPathEscapes, as for reads.
+// Sentinel errors, checked with errors.Is. Each carries the reason it
+// becomes (errclass finds it). Write and Delete are commits of a call
+// already decided on the file as it was: a name that is no longer what the
+// decision saw (changed, taken, gone, another kind) is precondition_failed.
+// A missing name or parent is securefs.ErrNotExist and an escape
+// securefs.ErrPathEscapes, as for reads; a commit that finds its name gone
+// also carries precondition_failed.
 var (
 	// ErrBadName: the final component is not one plain name. Errors that
 	// wrap it also wrap securefs.ErrInvalidPath.
-	ErrBadName = errors.New("not a plain file name")
+	ErrBadName = errclass.New(api.ReasonInvalidPath, "not a plain file name")
 	// ErrExists: a create found the name taken.
-	ErrExists = errors.New("file exists")
+	ErrExists = errclass.New(api.ReasonPreconditionFailed, "file exists")
 	// ErrNotRegular: the name is not a regular file (a symlink, directory,
 	// FIFO, socket or device). Returned as a *KindError.
-	ErrNotRegular = errors.New("not a regular file")
+	ErrNotRegular = errclass.New(api.ReasonPreconditionFailed, "not a regular file")
 	// ErrIsDir: the name is a directory. Returned as a *KindError, which
 	// is ErrNotRegular too.
-	ErrIsDir = errors.New("is a directory")
+	ErrIsDir = errclass.New(api.ReasonPreconditionFailed, "is a directory")
 	// ErrPrecondition: the caller's precondition (if_match) does not hold
 	// for the file as it is at commit time.
-	ErrPrecondition = errors.New("precondition failed")
+	ErrPrecondition = errclass.New(api.ReasonPreconditionFailed, "precondition failed")
 	// ErrInvalidIfMatch: an if_match value that is none of "", "absent"
 	// and "sha256:<64 hex digits>".
-	ErrInvalidIfMatch = errors.New("invalid if_match")
+	ErrInvalidIfMatch = errclass.New(api.ReasonInvalidArgs, "invalid if_match")
 	// ErrChanged: the name kept naming a different file while it was being
 	// read or committed (a concurrent writer outside the daemon).
-	ErrChanged = errors.New("file changed during the operation")
+	ErrChanged = errclass.New(api.ReasonPreconditionFailed, "file changed during the operation")
 	// ErrNotDurable: the change was committed (the name holds the new
 	// file, or is gone) but the directory fsync that makes it survive a
 	// crash failed. It comes with a filled result and wraps the fsync's
 	// errno: the caller reports what happened, not a failure.
-	ErrNotDurable = errors.New("committed, but not durable")
+	ErrNotDurable = errclass.New(api.ReasonNotDurable, "committed, but not durable")
 	// ErrTooLarge: a file is above MaxHashBytes, the cap on what is hashed
-	// for if_match or for a delete's record.
+	// for if_match or for a delete's record. It has no reason of its own:
+	// an if_match over such a file is ErrPrecondition, and a delete of one
+	// records its size.
 	ErrTooLarge = errors.New("file too large to hash")
 )
+
+// gone is the error of a commit that finds its name missing: the decision
+// saw the file, so this is precondition_failed, not not_found. It still
+// matches securefs.ErrNotExist.
+func gone(format string, args ...any) error {
+	return errclass.Wrap(api.ReasonPreconditionFailed, fmt.Errorf(format, args...))
+}
 
 // MaxHashBytes caps what one if_match check or one delete reads to hash a
 // file (64 MiB). Without it a huge or sparse file (a 1 TiB hole costs no
@@ -77,6 +92,10 @@ func (e *KindError) Error() string {
 func (e *KindError) Is(target error) bool {
 	return target == ErrNotRegular || (target == ErrIsDir && e.Kind == securefs.KindDir)
 }
+
+// Reason is ErrNotRegular's: a commit found another kind of file than the
+// decision did.
+func (e *KindError) Reason() api.Reason { return api.ReasonPreconditionFailed }
 
 // TempPrefix starts every temporary name this package creates. Write and
 // Delete refuse names that start with it, so no tool call can reach a

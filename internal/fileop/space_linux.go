@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/api"
 )
 
 // Reserve is the free space a write must leave on the file system it
@@ -123,7 +125,8 @@ func (e *NoSpaceError) Error() string {
 	return fmt.Sprintf("writing %d bytes to %q would leave %d bytes free, below the reserve of %d", e.Size, e.Name, e.Free-min(e.Free, e.Size), e.Need)
 }
 
-func (e *NoSpaceError) Unwrap() error { return unix.ENOSPC }
+func (e *NoSpaceError) Unwrap() error      { return unix.ENOSPC }
+func (e *NoSpaceError) Reason() api.Reason { return api.ReasonNoSpace }
 
 // checkSpace refuses a write of size bytes into p that would leave its
 // file system below r. It asks fstatfs on the parent's fd, the directory

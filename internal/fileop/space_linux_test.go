@@ -96,7 +96,7 @@ func TestWriteENOSPC(t *testing.T) {
 		put(t, filepath.Join(dir, "f"), "old\n")
 		big := make([]byte, 2<<20)
 		_, err := Write(parentIn(t, root, "f"), big, WriteOptions{Mode: CreateOrOverwrite, UID: -1, GID: -1, MinFree: Reserve{Off: true}, noTmpfile: named})
-		if !errclass.NoSpace(err) || errclass.Reason(err) != api.ReasonNoSpace {
+		if !errclass.NoSpace(err) || reasonOf(err) != api.ReasonNoSpace {
 			t.Fatalf("named=%v: %v, want ENOSPC", named, err)
 		}
 		if got := get(t, filepath.Join(dir, "f")); got != "old\n" {
@@ -116,7 +116,7 @@ func TestWriteReserve(t *testing.T) {
 		OnTemp: func(*Parent, string) error { made++; return nil }}
 	_, err := Write(parentIn(t, root, "f"), make([]byte, 600<<10), opts)
 	var nse *NoSpaceError
-	if !errors.As(err, &nse) || errclass.Reason(err) != api.ReasonNoSpace || made != 0 {
+	if !errors.As(err, &nse) || reasonOf(err) != api.ReasonNoSpace || made != 0 {
 		t.Fatalf("%v (temps made: %d), want a *NoSpaceError before any temp", err, made)
 	}
 	if got := get(t, filepath.Join(dir, "f")); got != "old\n" {

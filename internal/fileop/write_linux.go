@@ -249,7 +249,7 @@ func admit(mode WriteMode, cur Current, name string) error {
 	case cur.Exists() && mode == Create:
 		return ErrExists
 	case !cur.Exists() && mode == Overwrite:
-		return fmt.Errorf("%w (overwrite of a missing file)", securefs.ErrNotExist)
+		return gone("%w (overwrite of a missing file)", securefs.ErrNotExist)
 	case cur.Exists() && cur.Kind != securefs.KindFile:
 		return &KindError{Name: name, Kind: cur.Kind}
 	}

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -41,24 +40,6 @@ type harness struct {
 	stateDir string
 	c        *client.Client
 	logs     *bytes.Buffer
-}
-
-type lockedBuf struct {
-	mu sync.Mutex
-	bytes.Buffer
-}
-
-func (b *lockedBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
-}
-
-// String may be read while the daemon still logs.
-func (b *lockedBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.String()
 }
 
 // startB starts a daemon for a benchmark, with its ledger where
@@ -129,7 +110,7 @@ func runRefused(tb testing.TB, manifest string) error {
 func start(t *testing.T, manifest string, mode securefs.Mode, tweak ...func(*Config)) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	logs := &lockedBuf{}
+	logs := &testutil.LockedBuffer{}
 	cfg := Config{
 		Manifest: manifest, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)), ResolveMode: mode,

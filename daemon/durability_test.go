@@ -190,7 +190,7 @@ func startStop(t *testing.T, manifest string, tweak ...func(*Config)) *stoppable
 	dir := t.TempDir()
 	cfg := Config{
 		Manifest: manifest, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
-		Logger: slogJSON(&lockedBuf{}), ResolveMode: securefs.ModeAuto,
+		Logger: slogJSON(&testutil.LockedBuffer{}), ResolveMode: securefs.ModeAuto,
 		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t),
 	}
 	for _, f := range tweak {
@@ -209,7 +209,7 @@ func startStop(t *testing.T, manifest string, tweak ...func(*Config)) *stoppable
 	return s
 }
 
-func slogJSON(w *lockedBuf) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+func slogJSON(w *testutil.LockedBuffer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
 
 func sluiceBin(t *testing.T) string {
 	t.Helper()
@@ -270,7 +270,7 @@ func TestLedgerCutWhileStopped(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	logs := &lockedBuf{}
+	logs := &testutil.LockedBuffer{}
 	cfg := func(c *Config) {
 		c.StateDir = state
 		c.Logger = slogJSON(logs)
@@ -296,7 +296,7 @@ func TestLedgerCutWhileStopped(t *testing.T) {
 
 	// With the write-ahead ring left alone, the next start appends the
 	// cut records back from it and says so.
-	logs1 := &lockedBuf{}
+	logs1 := &testutil.LockedBuffer{}
 	h = startStop(t, fx.Manifest, cfg, func(c *Config) { c.Logger = slogJSON(logs1) })
 	h.stop()
 	restored := records(t, path)
@@ -321,7 +321,7 @@ func TestLedgerCutWhileStopped(t *testing.T) {
 		t.Fatalf("cut ledger, ring removed: verify exit %d: %s", code, out)
 	}
 
-	logs2 := &lockedBuf{}
+	logs2 := &testutil.LockedBuffer{}
 	h = startStop(t, fx.Manifest, cfg, func(c *Config) { c.Logger = slogJSON(logs2) })
 	after := records(t, path)
 	var trunc *audit.Record
@@ -356,7 +356,7 @@ func TestHeadCatchesConsistentCut(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	logs := &lockedBuf{}
+	logs := &testutil.LockedBuffer{}
 	h := startStop(t, fx.Manifest, func(c *Config) { c.StateDir = state; c.Logger = slogJSON(logs) })
 	h.call("read_file", map[string]string{"path": "workspace/src/a.py"})
 	anchorPath := filepath.Join(state, "audit.anchor")

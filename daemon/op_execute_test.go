@@ -426,7 +426,7 @@ func TestViewsStopAfterLongSession(t *testing.T) {
 	    "sleeper":{"operation":"execute","mounts":["workspace/src"],"cwd":"workspace/src/sub","never":[".env"],
 	            "commands":[["sh","-c","cat b.txt; exec sleep 30"]],"pool":2,"timeout_ms":60000}}}`)
 	dir := t.TempDir()
-	logs := &lockedBuf{}
+	logs := &testutil.LockedBuffer{}
 	runDir := checkedRunDir(t)
 	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)), RunDir: runDir, Helper: testutil.Helper(t), UIDRange: viewsUIDs,

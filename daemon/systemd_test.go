@@ -161,7 +161,7 @@ func TestNotify(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
 		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), ResolveMode: securefs.ModeAuto,
-		Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil))}
+		Logger: slog.New(slog.NewJSONHandler(&testutil.LockedBuffer{}, nil))}
 	stop := launch(t, cfg)
 	ready := awaitNotify(t, msgs, "READY=1", "STOPPING=1")
 	if !strings.Contains(ready, "STATUS=policy ") || !strings.Contains(ready, "2 tools") || !strings.Contains(ready, "pools 1/1 warm") {

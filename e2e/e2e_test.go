@@ -115,7 +115,7 @@ func startOwnDaemon(t *testing.T, manifest string) *daemon {
 
 func (d *daemon) start() {
 	d.t.Helper()
-	stderr := &syncBuffer{}
+	stderr := &testutil.LockedBuffer{}
 	d.logs = stderr
 	d.cmd = exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", d.manifest, "--socket", d.socket,
 		"--state-dir", d.stateDir, "--run-dir", d.runDir)
@@ -165,25 +165,6 @@ func (d *daemon) stop() {
 		d.t.Errorf("sluiced ignored SIGTERM")
 	}
 	d.cmd = nil
-}
-
-// syncBuffer is the daemon's stderr: written by exec's copier, read by
-// the test while the daemon runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // leftovers is what the daemon's containers left in the kernel's view:

@@ -530,7 +530,7 @@ func TestSecondDaemonChangesNothing(t *testing.T) {
 			bSock := filepath.Join(dir, "b.sock")
 			b := exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", m, "--socket", bSock,
 				"--state-dir", bState, "--run-dir", bRun)
-			out := &syncBuffer{}
+			out := &testutil.LockedBuffer{}
 			b.Stdout, b.Stderr = out, out
 			if err := b.Start(); err != nil {
 				t.Fatal(err)
@@ -648,7 +648,7 @@ func TestStaleSocketCheckLocked(t *testing.T) {
 	lock.WriteString("4321\n") // another daemon, mid-start
 	cmd := exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", m, "--socket", sock,
 		"--state-dir", filepath.Join(dir, "state"), "--run-dir", filepath.Join(dir, "run"))
-	out := &syncBuffer{}
+	out := &testutil.LockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -228,20 +227,9 @@ func TestMountSetupNeverFollowsWorkspace(t *testing.T) {
 		}
 	})
 	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var swaps atomic.Int64
-	var swapErr error // the swapper's error, read after wg.Wait
-	wg.Add(1)
-	go func() { // private <-> swap_link, as fast as it goes
-		defer wg.Done()
-		for !stop.Load() {
-			if swapErr = unix.Renameat2(unix.AT_FDCWD, filepath.Join(src, "private"), unix.AT_FDCWD, filepath.Join(src, "swap_link"), unix.RENAME_EXCHANGE); swapErr != nil {
-				return
-			}
-			swaps.Add(1)
-		}
-	}()
+	sw := testutil.Swap(t, func(int) error { // private <-> swap_link, as fast as it goes
+		return unix.Renameat2(unix.AT_FDCWD, filepath.Join(src, "private"), unix.AT_FDCWD, filepath.Join(src, "swap_link"), unix.RENAME_EXCHANGE)
+	})
 	for i := 0; i < 10; i++ {
 		res, body := h.call("cat", map[string]any{})
 		if res.Reason != api.ReasonAllowed {
@@ -252,10 +240,8 @@ func TestMountSetupNeverFollowsWorkspace(t *testing.T) {
 			t.Fatalf("mounts appeared outside the run dir: %v\n%s", extra, mi)
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
-	if swapErr != nil || swaps.Load() == 0 {
-		t.Fatalf("the swap loop did not run: %d swaps, %v", swaps.Load(), swapErr)
+	if swapErr := sw.Stop(); swapErr != nil || sw.Swaps() == 0 {
+		t.Fatalf("the swap loop did not run: %d swaps, %v", sw.Swaps(), swapErr)
 	}
 	if b, _ := os.ReadFile(victim); string(b) != "keep me\n" {
 		t.Fatalf("a file outside the mounts changed: %q", b)

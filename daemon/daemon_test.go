@@ -62,23 +62,10 @@ func startB(b *testing.B, manifest string) *client.Client {
 // returns once it is listening.
 func launch(tb testing.TB, cfg Config) (stop func()) {
 	tb.Helper()
-	ready := make(chan struct{})
-	cfg.Ready = func() { close(ready) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		tb.Fatalf("daemon did not start: %v", err)
-	}
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("daemon: %v", err)
-		}
-	}
+	return testutil.Start(tb, func(ctx context.Context, ready func()) error {
+		cfg.Ready = ready
+		return Run(ctx, cfg)
+	})
 }
 
 // runRefused runs a daemon on manifest and returns the error it stopped

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,26 +54,13 @@ func startSluiced(t *testing.T, manifest string, tweak ...func(*daemon.Config)) 
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	ready := make(chan struct{})
-	cfg.Ready = func() { close(ready) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx, cfg) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("sluiced did not start: %v", err)
-	}
-	var once sync.Once
+	stop := testutil.Start(t, func(ctx context.Context, ready func()) error {
+		cfg.Ready = ready
+		return daemon.Run(ctx, cfg)
+	})
 	s.stop = func() {
-		once.Do(func() {
-			s.stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("sluiced: %v", err)
-			}
-		})
+		s.stopped = true
+		stop()
 	}
 	t.Cleanup(func() {
 		s.stop()

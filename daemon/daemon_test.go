@@ -345,7 +345,7 @@ func TestAuditUnavailable(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	mountTmpfs(t, state, "64k")
+	testutil.MountTmpfs(t, state, "64k")
 	h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) { c.StateDir = state })
 	res, _ := h.call("read_file", map[string]string{"path": "workspace/src/a.py"})
 	if !res.OK {

@@ -397,7 +397,7 @@ func TestFullDiskReserve(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	mountTmpfs(t, state, "16m")
+	testutil.MountTmpfs(t, state, "16m")
 	h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) { c.StateDir = state })
 	if hl, err := h.c.Health(context.Background()); err != nil || hl.Status != "ok" || hl.Audit != "ok" {
 		t.Fatalf("health before: %+v %v", hl, err)

@@ -75,7 +75,7 @@ func TestParentSwapRace(t *testing.T) {
 				}
 				written = append(written, name)
 				if i%64 == 0 {
-					if names := listing(t, empty); len(names) != 0 {
+					if names := testutil.Listing(t, empty); len(names) != 0 {
 						sw.Stop()
 						t.Fatalf("files appeared outside: %v", names)
 					}
@@ -84,7 +84,7 @@ func TestParentSwapRace(t *testing.T) {
 			if err := sw.Stop(); err != nil {
 				t.Fatalf("swap: %v", err)
 			}
-			if names := listing(t, empty); len(names) != 0 {
+			if names := testutil.Listing(t, empty); len(names) != 0 {
 				t.Fatalf("files appeared outside: %v", names)
 			}
 			f.outsideUntouched(t)
@@ -94,7 +94,7 @@ func TestParentSwapRace(t *testing.T) {
 				real = filepath.Join(f.dir, "x")
 			}
 			have := map[string]bool{}
-			for _, n := range listing(t, real) {
+			for _, n := range testutil.Listing(t, real) {
 				have[n] = true
 			}
 			for _, n := range written {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,20 +105,6 @@ func absent(t *testing.T, p string) {
 	}
 }
 
-func listing(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	return names
-}
-
 // eventually polls cond until it holds or the deadline passes: host edits
 // show once the kernel's cache times out (50 ms here).
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -149,10 +134,10 @@ func TestViewShowsWhatFileToolsWould(t *testing.T) {
 			absent(t, f.in("src/.env"))
 			absent(t, f.in("private"))
 			absent(t, f.in("private/key"))
-			if got := strings.Join(listing(t, f.in("src")), ","); got != "a.py" {
+			if got := strings.Join(testutil.Listing(t, f.in("src")), ","); got != "a.py" {
 				t.Errorf("readdir src: %s", got)
 			}
-			if got := strings.Join(listing(t, f.v.Path(0)), ","); got != "cfg.txt,src" {
+			if got := strings.Join(testutil.Listing(t, f.v.Path(0)), ","); got != "cfg.txt,src" {
 				t.Errorf("readdir /: %s", got)
 			}
 			// The view is read-only.
@@ -193,7 +178,7 @@ func TestHostEditsNeverUnmask(t *testing.T) {
 				return err == nil
 			})
 			absent(t, f.in("src/a/b/c/d/id.pem"))
-			if got := listing(t, f.in("src/a/b/c/d")); len(got) != 0 {
+			if got := testutil.Listing(t, f.in("src/a/b/c/d")); len(got) != 0 {
 				t.Errorf("listing of d: %v", got)
 			}
 			// A host edit of an allowed file shows (after the cache timeout).
@@ -246,7 +231,7 @@ func TestSpecialFilesAbsent(t *testing.T) {
 	for _, n := range []string{"dev.sock", "fifo", "null"} {
 		absent(t, f.in("src/"+n))
 	}
-	if got := strings.Join(listing(t, f.in("src")), ","); got != "a.py" {
+	if got := strings.Join(testutil.Listing(t, f.in("src")), ","); got != "a.py" {
 		t.Errorf("readdir src: %s", got)
 	}
 	// A regular file replaced by a socket after it was looked up.
@@ -375,7 +360,7 @@ func TestReview8DeepNeverUnderCachedListing(t *testing.T) {
 		absent(t, f.in(rel))
 	}
 	for _, dir := range []string{deep, "src/a/b/c"} {
-		for _, name := range listing(t, f.in(dir)) {
+		for _, name := range testutil.Listing(t, f.in(dir)) {
 			if strings.HasSuffix(name, ".pem") {
 				t.Errorf("before the events are read: %s lists %s", dir, name)
 			}
@@ -384,7 +369,7 @@ func TestReview8DeepNeverUnderCachedListing(t *testing.T) {
 	unread(t, f.in(deep+"/e/inner"))
 	f.v.w.mu.Unlock()
 	f.v.Sync()
-	if got := listing(t, f.in(deep)); !slices.Equal(got, []string{"ok"}) {
+	if got := testutil.Listing(t, f.in(deep)); !slices.Equal(got, []string{"ok"}) {
 		t.Errorf("%s after Sync: %v", deep, got)
 	}
 	absent(t, f.in(deep+"/e/inner"))
@@ -569,7 +554,7 @@ func TestReview8RemoteChangesNotCachedLong(t *testing.T) {
 		<-v.Done()
 	})
 	in := func(rel string) string { return filepath.Join(v.Path(0), rel) }
-	if got := listing(t, in("src")); !slices.Equal(got, []string{"a"}) {
+	if got := testutil.Listing(t, in("src")); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("src: %v", got)
 	}
 	os.Lstat(in("src/a"))
@@ -579,7 +564,7 @@ func TestReview8RemoteChangesNotCachedLong(t *testing.T) {
 	v.Sync()
 	eventually(t, "a change made beneath the workspace's file system", func() bool {
 		fi, err := os.Lstat(in("src/a"))
-		return err == nil && fi.Size() == int64(len("a, longer now\n")) && slices.Equal(listing(t, in("src")), []string{"a", "b"})
+		return err == nil && fi.Size() == int64(len("a, longer now\n")) && slices.Equal(testutil.Listing(t, in("src")), []string{"a", "b"})
 	})
 	if n := v.Watches(); n != 0 {
 		t.Errorf("%d directories of a FUSE workspace watched", n)
@@ -624,7 +609,7 @@ func TestReview8RenamedAwayAndBackListsWhole(t *testing.T) {
 			testutil.Must(t, os.Rename(host("src/elsewhere"), host("src/d")))
 			f.v.Sync()
 			for i := range 2 {
-				if got := listing(t, f.in("src/d")); !slices.Equal(got, want) {
+				if got := testutil.Listing(t, f.in("src/d")); !slices.Equal(got, want) {
 					t.Errorf("listing %d after the directory came back: %d names, want %d", i, len(got), len(want))
 				}
 			}
@@ -647,7 +632,7 @@ func TestReview8DirAttrsFreshAfterSync(t *testing.T) {
 	for _, d := range []string{"src/d", "src/e"} {
 		testutil.Must(t, os.MkdirAll(host(d), 0o755))
 	}
-	listing(t, f.in("src")) // readdirplus: d and e looked up, neither listed
+	testutil.Listing(t, f.in("src")) // readdirplus: d and e looked up, neither listed
 	os.Lstat(f.in("src/d"))
 	os.Lstat(f.in("src/e"))
 	// Names made inside them: their mtime (and d's nlink) change, and no
@@ -741,7 +726,7 @@ func TestReview8CwdInReplacedDirListsPath(t *testing.T) {
 	host := func(rel string) string { return filepath.Join(f.ws, rel) }
 	testutil.Must(t, os.MkdirAll(host("src/d"), 0o755))
 	write(t, host("src/d/a"), "a")
-	listing(t, f.in("src/d"))
+	testutil.Listing(t, f.in("src/d"))
 	cwd, err := unix.Open(f.in("src/d"), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	testutil.Must(t, err)
 	defer unix.Close(cwd)

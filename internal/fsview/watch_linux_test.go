@@ -129,7 +129,7 @@ func TestCacheFreshAfterSync(t *testing.T) {
 			testutil.Must(t, os.Rename(host("src/a.py.tmp"), host("src/a.py")))
 			f.v.Sync()
 			check("renamed over", read("src/a.py"), "v3\n")
-			check("temp name gone", listing(t, f.in("src")), []string{"a.py"})
+			check("temp name gone", testutil.Listing(t, f.in("src")), []string{"a.py"})
 			// A mode change.
 			testutil.Must(t, os.Chmod(host("src/a.py"), 0o600))
 			f.v.Sync()
@@ -141,10 +141,10 @@ func TestCacheFreshAfterSync(t *testing.T) {
 			write(t, host("src/b.py"), "b\n")
 			write(t, host("src/id.pem"), "SLUICE-SECRET-PEM\n")
 			f.v.Sync()
-			check("created", listing(t, f.in("src")), []string{"a.py", "b.py"})
+			check("created", testutil.Listing(t, f.in("src")), []string{"a.py", "b.py"})
 			testutil.Must(t, os.Remove(host("src/b.py")))
 			f.v.Sync()
-			check("removed", listing(t, f.in("src")), []string{"a.py"})
+			check("removed", testutil.Listing(t, f.in("src")), []string{"a.py"})
 			absent(t, f.in("src/b.py"))
 			absent(t, f.in("src/id.pem"))
 			// A cached directory renamed to a never name, and its
@@ -152,21 +152,21 @@ func TestCacheFreshAfterSync(t *testing.T) {
 			testutil.Must(t, os.MkdirAll(host("src/keys/deep"), 0o755))
 			write(t, host("src/keys/deep/k"), "SLUICE-SECRET-MOVED\n")
 			check("before the move", read("src/keys/deep/k"), "SLUICE-SECRET-MOVED\n")
-			check("listed", listing(t, f.in("src/keys/deep")), []string{"k"})
+			check("listed", testutil.Listing(t, f.in("src/keys/deep")), []string{"k"})
 			testutil.Must(t, os.RemoveAll(host("private")))
 			testutil.Must(t, os.Rename(host("src/keys"), host("private")))
 			f.v.Sync()
 			absent(t, f.in("src/keys/deep/k"))
 			absent(t, f.in("private/deep/k"))
-			check("src after the move", listing(t, f.in("src")), []string{"a.py"})
+			check("src after the move", testutil.Listing(t, f.in("src")), []string{"a.py"})
 			// A new *.pem at depth 5 in cached directories.
 			testutil.Must(t, os.MkdirAll(host("src/a/b/c/d"), 0o755))
 			f.v.Sync()
-			check("deep dir", listing(t, f.in("src/a/b/c/d")), []string(nil))
+			check("deep dir", testutil.Listing(t, f.in("src/a/b/c/d")), []string(nil))
 			write(t, host("src/a/b/c/d/id.pem"), "SLUICE-SECRET-PEM\n")
 			write(t, host("src/a/b/c/d/ok"), "ok\n")
 			f.v.Sync()
-			check("deep dir after", listing(t, f.in("src/a/b/c/d")), []string{"ok"})
+			check("deep dir after", testutil.Listing(t, f.in("src/a/b/c/d")), []string{"ok"})
 			absent(t, f.in("src/a/b/c/d/id.pem"))
 			// A directory replaced by a symlink to outside: a link, and
 			// nothing through it leads out of the view.
@@ -186,12 +186,12 @@ func TestCacheFreshAfterSync(t *testing.T) {
 			testutil.Must(t, os.MkdirAll(host("src/m"), 0o755))
 			write(t, host("src/m/y"), "y\n")
 			f.v.Sync()
-			check("new m", listing(t, f.in("src/m")), []string{"y"})
+			check("new m", testutil.Listing(t, f.in("src/m")), []string{"y"})
 			check("n", read("src/n/x"), "x\n")
 			absent(t, f.in("src/m/x"))
 			write(t, host("src/n/z"), "z\n")
 			f.v.Sync()
-			check("n after a create (its watch followed the rename)", listing(t, f.in("src/n")), []string{"x", "z"})
+			check("n after a create (its watch followed the rename)", testutil.Listing(t, f.in("src/n")), []string{"x", "z"})
 			// The file mount follows a save.
 			check("cfg", func() string { b, _ := os.ReadFile(f.v.Path(1)); return string(b) }(), "cfg v1\n")
 			write(t, host("cfg.new"), "cfg v2, longer\n")
@@ -297,7 +297,7 @@ func TestListingConverges(t *testing.T) {
 		}
 	}
 	for range 3 {
-		if got := listing(t, f.in("src")); !slices.Equal(got, want) {
+		if got := testutil.Listing(t, f.in("src")); !slices.Equal(got, want) {
 			t.Fatalf("listing after the churn:\n got %v\nwant %v", got, want)
 		}
 	}
@@ -339,7 +339,7 @@ func TestUnwatchedServedUncached(t *testing.T) {
 			}
 			f.v.Sync() // a no-op, not a hang
 			write(t, filepath.Join(f.ws, "tree", "d01", "new"), "n")
-			if got := listing(t, f.in("tree/d01")); !slices.Contains(got, "new") {
+			if got := testutil.Listing(t, f.in("tree/d01")); !slices.Contains(got, "new") {
 				t.Errorf("unwatched: a new file is not listed at once: %v", got)
 			}
 		})
@@ -360,7 +360,7 @@ func TestOverflowAndSavesKeepTopEntries(t *testing.T) {
 		defer unix.Close(fd)
 		tops = append(tops, fd)
 	}
-	listing(t, f.in("src"))
+	testutil.Listing(t, f.in("src"))
 	// A save of the file mount.
 	write(t, filepath.Join(f.ws, "cfg.new"), "cfg v2\n")
 	testutil.Must(t, os.Rename(filepath.Join(f.ws, "cfg.new"), filepath.Join(f.ws, "cfg.txt")))
@@ -381,7 +381,7 @@ func TestOverflowAndSavesKeepTopEntries(t *testing.T) {
 	write(t, filepath.Join(f.ws, "src", "after"), "a")
 	f.v.w.mu.Unlock()
 	f.v.Sync()
-	if got := listing(t, f.in("src")); !slices.Equal(got, []string{"a.py", "after"}) {
+	if got := testutil.Listing(t, f.in("src")); !slices.Equal(got, []string{"a.py", "after"}) {
 		t.Errorf("listing after an overflow: %v", got)
 	}
 	if b, err := os.ReadFile(f.v.Path(1)); err != nil || string(b) != "cfg v2\n" {
@@ -583,11 +583,11 @@ func TestWatchesNameTheirDirectory(t *testing.T) {
 	<-done
 	check(-1)
 	// And the directory at src/d now reports its changes.
-	listing(t, f.in("src/d"))
+	testutil.Listing(t, f.in("src/d"))
 	absent(t, f.in("src/d/new"))
 	write(t, host("src/d/new"), "n")
 	f.v.Sync()
-	if got := listing(t, f.in("src/d")); !slices.Equal(got, []string{"new", "x"}) {
+	if got := testutil.Listing(t, f.in("src/d")); !slices.Equal(got, []string{"new", "x"}) {
 		t.Errorf("src/d after a create: %v", got)
 	}
 }
@@ -639,10 +639,10 @@ func TestOverflowLeavesNothingStale(t *testing.T) {
 	}
 	f.v.w.mu.Unlock()
 	f.v.Sync()
-	if got := listing(t, f.in("src/sub")); !slices.Equal(got, []string{"a", "new.txt"}) {
+	if got := testutil.Listing(t, f.in("src/sub")); !slices.Equal(got, []string{"a", "new.txt"}) {
 		t.Errorf("src/sub after the flood: %v", got)
 	}
-	if got := listing(t, f.in("src/sub/a/b/c")); len(got) != 0 {
+	if got := testutil.Listing(t, f.in("src/sub/a/b/c")); len(got) != 0 {
 		t.Errorf("src/sub/a/b/c after the flood: %v", got)
 	}
 	absent(t, f.in("src/sub/old.txt"))
@@ -699,7 +699,7 @@ func TestWatchLimitPartial(t *testing.T) {
 	walkTree(t, f.in("src"))
 	write(t, host("src/d1/d2/d3/d4/z"), "z\n")
 	f.v.Sync()
-	if got := listing(t, f.in("src/d1/d2/d3/d4")); !slices.Equal(got, []string{"y", "z"}) {
+	if got := testutil.Listing(t, f.in("src/d1/d2/d3/d4")); !slices.Equal(got, []string{"y", "z"}) {
 		t.Errorf("after watches came back: %v", got)
 	}
 }
@@ -795,7 +795,7 @@ func TestSwapsAndLinks(t *testing.T) {
 	// link: its readlink then fails (EINVAL), and nothing is read.
 	unread(t, f.in("src/s/id.pem"))
 	f.v.Sync()
-	if got := listing(t, f.in("src/s")); !slices.Equal(got, []string{"ok"}) {
+	if got := testutil.Listing(t, f.in("src/s")); !slices.Equal(got, []string{"ok"}) {
 		t.Errorf("src/s as a directory: %v", got)
 	}
 	absent(t, f.in("src/s/id.pem"))
@@ -824,7 +824,7 @@ func TestSwapsAndLinks(t *testing.T) {
 	// Deleted and made again.
 	testutil.Must(t, os.MkdirAll(host("src/gone"), 0o755))
 	write(t, host("src/gone/f"), "f1\n")
-	listing(t, f.in("src/gone"))
+	testutil.Listing(t, f.in("src/gone"))
 	read("src/gone/f")
 	testutil.Must(t, os.RemoveAll(host("src/gone")))
 	testutil.Must(t, os.MkdirAll(host("src/gone"), 0o755))
@@ -833,7 +833,7 @@ func TestSwapsAndLinks(t *testing.T) {
 	unread(t, f.in("src/gone/f"))
 	unread(t, f.in("src/gone/.env"))
 	f.v.Sync()
-	if got := listing(t, f.in("src/gone")); !slices.Equal(got, []string{"g"}) {
+	if got := testutil.Listing(t, f.in("src/gone")); !slices.Equal(got, []string{"g"}) {
 		t.Errorf("src/gone made again: %v", got)
 	}
 }
@@ -859,7 +859,7 @@ func TestWatchBudget(t *testing.T) {
 		t.Errorf("budget %d: not half of max_user_watches", watchBudget.Load())
 	}
 	tree(t, f.ws, 10, 2)
-	listing(t, f.in("src"))
+	testutil.Listing(t, f.in("src"))
 	held := watchesHeld.Load()
 	watchBudget.Store(held + 3)
 	walkTree(t, f.in("tree"))
@@ -873,7 +873,7 @@ func TestWatchBudget(t *testing.T) {
 	}
 	eventually(t, "new files in unwatched directories", func() bool {
 		for d := range 10 {
-			if !slices.Contains(listing(t, f.in(fmt.Sprintf("tree/d%02d", d))), "new") {
+			if !slices.Contains(testutil.Listing(t, f.in(fmt.Sprintf("tree/d%02d", d))), "new") {
 				return false
 			}
 		}
@@ -1052,7 +1052,7 @@ func TestReview8HeldCwdRenamedToNever(t *testing.T) {
 				if b, err := os.ReadFile(f.in("src/open/SECRET")); err != nil || !strings.Contains(string(b), "RENAMED") {
 					t.Errorf("renamed to an allowed name: %q %v (its path is allowed now: shown)", b, err)
 				}
-				listing(t, f.in("src/open/sub"))
+				testutil.Listing(t, f.in("src/open/sub"))
 				testutil.Must(t, os.Rename(host("src/open"), host("src/back.pem")))
 				absent(t, f.in("src/back.pem/SECRET"))
 				unread(t, f.in("src/open/SECRET"))
@@ -1132,11 +1132,11 @@ func TestReview8WatchedBeneathWatched(t *testing.T) {
 	close(stop)
 	<-done
 	check(-1)
-	listing(t, f.in("src/p/l/m"))
+	testutil.Listing(t, f.in("src/p/l/m"))
 	absent(t, f.in("src/p/l/m/new"))
 	write(t, host("src/p/l/m/new"), "n")
 	f.v.Sync()
-	if got := listing(t, f.in("src/p/l/m")); !slices.Equal(got, []string{"new"}) {
+	if got := testutil.Listing(t, f.in("src/p/l/m")); !slices.Equal(got, []string{"new"}) {
 		t.Errorf("src/p/l/m after a create: %v", got)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -228,20 +227,9 @@ func TestMountSetupNeverFollowsWorkspace(t *testing.T) {
 		}
 	})
 	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var swaps atomic.Int64
-	var swapErr error // the swapper's error, read after wg.Wait
-	wg.Add(1)
-	go func() { // private <-> swap_link, as fast as it goes
-		defer wg.Done()
-		for !stop.Load() {
-			if swapErr = unix.Renameat2(unix.AT_FDCWD, filepath.Join(src, "private"), unix.AT_FDCWD, filepath.Join(src, "swap_link"), unix.RENAME_EXCHANGE); swapErr != nil {
-				return
-			}
-			swaps.Add(1)
-		}
-	}()
+	sw := testutil.Swap(t, func(int) error { // private <-> swap_link, as fast as it goes
+		return unix.Renameat2(unix.AT_FDCWD, filepath.Join(src, "private"), unix.AT_FDCWD, filepath.Join(src, "swap_link"), unix.RENAME_EXCHANGE)
+	})
 	for i := 0; i < 10; i++ {
 		res, body := h.call("cat", map[string]any{})
 		if res.Reason != api.ReasonAllowed {
@@ -252,10 +240,8 @@ func TestMountSetupNeverFollowsWorkspace(t *testing.T) {
 			t.Fatalf("mounts appeared outside the run dir: %v\n%s", extra, mi)
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
-	if swapErr != nil || swaps.Load() == 0 {
-		t.Fatalf("the swap loop did not run: %d swaps, %v", swaps.Load(), swapErr)
+	if swapErr := sw.Stop(); swapErr != nil || sw.Swaps() == 0 {
+		t.Fatalf("the swap loop did not run: %d swaps, %v", sw.Swaps(), swapErr)
 	}
 	if b, _ := os.ReadFile(victim); string(b) != "keep me\n" {
 		t.Fatalf("a file outside the mounts changed: %q", b)
@@ -316,3 +302,37 @@ func TestOverlappingMountsRefused(t *testing.T) {
 }
 
 func testLogger() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)) }
+
+// TestBreachViewStaleMode (review 3): a workspace file the host makes
+// unreadable to others (chmod 600) is not readable by the next command,
+// though the kernel cached the view's attributes of it (mode 644) for 10
+// minutes and the chmod went through a hard link outside the workspace,
+// which inotify reports to no watched directory. Before the view checked
+// each open against the mode it resolves, the command read it. (The tool
+// allows hard links: with never globs, a file with a second name is
+// refused outright, TestHardLinksUnderNever.)
+func TestBreachViewStaleMode(t *testing.T) {
+	fx, m := viewsFixture(t, map[string]string{"cat": `"commands":[["cat","note.txt"]],"pool":1,"hard_links":"allow"`})
+	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.UIDRange = viewsUIDs })
+	cat := func() (*api.CallResult, string) {
+		t.Helper()
+		res, body := h.call("cat", map[string]any{})
+		if res.Reason != api.ReasonAllowed {
+			t.Fatalf("cat: %s", body)
+		}
+		return res, callOutput(res)
+	}
+	if res, out := cat(); !res.OK || !strings.Contains(out, viewContent) {
+		t.Fatalf("before: %q", out)
+	}
+	link := filepath.Join(fx.Base, "note-link")
+	testutil.Must(t, os.Link(filepath.Join(fx.Base, "workspace/src/note.txt"), link))
+	testutil.Must(t, os.Chmod(link, 0o600))
+	if res, out := cat(); res.OK || strings.Contains(out, viewContent) {
+		t.Errorf("after chmod 600 through a hard link: the command read %q", out)
+	}
+	testutil.Must(t, os.Chmod(link, 0o644))
+	if res, out := cat(); !res.OK || !strings.Contains(out, viewContent) {
+		t.Errorf("after chmod 644 again: %q", out)
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -43,24 +42,6 @@ type harness struct {
 	logs     *bytes.Buffer
 }
 
-type lockedBuf struct {
-	mu sync.Mutex
-	bytes.Buffer
-}
-
-func (b *lockedBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
-}
-
-// String may be read while the daemon still logs.
-func (b *lockedBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.String()
-}
-
 // startB starts a daemon for a benchmark, with its ledger where
 // $SLUICE_BENCH_STATE says (default: the temp dir).
 func startB(b *testing.B, manifest string) *client.Client {
@@ -81,23 +62,10 @@ func startB(b *testing.B, manifest string) *client.Client {
 // returns once it is listening.
 func launch(tb testing.TB, cfg Config) (stop func()) {
 	tb.Helper()
-	ready := make(chan struct{})
-	cfg.Ready = func() { close(ready) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		tb.Fatalf("daemon did not start: %v", err)
-	}
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("daemon: %v", err)
-		}
-	}
+	return testutil.Start(tb, func(ctx context.Context, ready func()) error {
+		cfg.Ready = ready
+		return Run(ctx, cfg)
+	})
 }
 
 // runRefused runs a daemon on manifest and returns the error it stopped
@@ -129,7 +97,7 @@ func runRefused(tb testing.TB, manifest string) error {
 func start(t *testing.T, manifest string, mode securefs.Mode, tweak ...func(*Config)) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	logs := &lockedBuf{}
+	logs := &testutil.LockedBuffer{}
 	cfg := Config{
 		Manifest: manifest, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)), ResolveMode: mode,
@@ -377,7 +345,7 @@ func TestAuditUnavailable(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	mountTmpfs(t, state, "64k")
+	testutil.MountTmpfs(t, state, "64k")
 	h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) { c.StateDir = state })
 	res, _ := h.call("read_file", map[string]string{"path": "workspace/src/a.py"})
 	if !res.OK {

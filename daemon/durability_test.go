@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
@@ -189,7 +190,7 @@ func startStop(t *testing.T, manifest string, tweak ...func(*Config)) *stoppable
 	dir := t.TempDir()
 	cfg := Config{
 		Manifest: manifest, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
-		Logger: slogJSON(&lockedBuf{}), ResolveMode: securefs.ModeAuto,
+		Logger: slogJSON(&testutil.LockedBuffer{}), ResolveMode: securefs.ModeAuto,
 		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t),
 	}
 	for _, f := range tweak {
@@ -208,7 +209,7 @@ func startStop(t *testing.T, manifest string, tweak ...func(*Config)) *stoppable
 	return s
 }
 
-func slogJSON(w *lockedBuf) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
+func slogJSON(w *testutil.LockedBuffer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
 
 func sluiceBin(t *testing.T) string {
 	t.Helper()
@@ -269,7 +270,7 @@ func TestLedgerCutWhileStopped(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	logs := &lockedBuf{}
+	logs := &testutil.LockedBuffer{}
 	cfg := func(c *Config) {
 		c.StateDir = state
 		c.Logger = slogJSON(logs)
@@ -295,7 +296,7 @@ func TestLedgerCutWhileStopped(t *testing.T) {
 
 	// With the write-ahead ring left alone, the next start appends the
 	// cut records back from it and says so.
-	logs1 := &lockedBuf{}
+	logs1 := &testutil.LockedBuffer{}
 	h = startStop(t, fx.Manifest, cfg, func(c *Config) { c.Logger = slogJSON(logs1) })
 	h.stop()
 	restored := records(t, path)
@@ -320,7 +321,7 @@ func TestLedgerCutWhileStopped(t *testing.T) {
 		t.Fatalf("cut ledger, ring removed: verify exit %d: %s", code, out)
 	}
 
-	logs2 := &lockedBuf{}
+	logs2 := &testutil.LockedBuffer{}
 	h = startStop(t, fx.Manifest, cfg, func(c *Config) { c.Logger = slogJSON(logs2) })
 	after := records(t, path)
 	var trunc *audit.Record
@@ -355,7 +356,7 @@ func TestHeadCatchesConsistentCut(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	logs := &lockedBuf{}
+	logs := &testutil.LockedBuffer{}
 	h := startStop(t, fx.Manifest, func(c *Config) { c.StateDir = state; c.Logger = slogJSON(logs) })
 	h.call("read_file", map[string]string{"path": "workspace/src/a.py"})
 	anchorPath := filepath.Join(state, "audit.anchor")
@@ -396,7 +397,7 @@ func TestFullDiskReserve(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	state := t.TempDir()
-	mountTmpfs(t, state, "16m")
+	testutil.MountTmpfs(t, state, "16m")
 	h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) { c.StateDir = state })
 	if hl, err := h.c.Health(context.Background()); err != nil || hl.Status != "ok" || hl.Audit != "ok" {
 		t.Fatalf("health before: %+v %v", hl, err)
@@ -496,4 +497,55 @@ func TestColdCallCancelledWhileDecisionSyncs(t *testing.T) {
 	if res, err := run(); err != nil || !res.OK || w.events() == 0 {
 		t.Errorf("the next call, with the one container slot: %+v %v", res, err)
 	}
+}
+
+func failDirSync(t *testing.T) {
+	fileop.TestHookSyncDir = func(int) error { return unix.EIO }
+	t.Cleanup(func() { fileop.TestHookSyncDir = nil })
+}
+
+func notDurable(t *testing.T, what string, res *api.CallResult, rec audit.Record, sum string) {
+	t.Helper()
+	if !res.OK || res.Reason != api.ReasonNotDurable || res.Durable == nil || *res.Durable || res.SHA256 != sum {
+		t.Errorf("%s result: ok=%v reason=%s durable=%v sha256=%s, want ok, not_durable, durable:false, %s", what, res.OK, res.Reason, res.Durable, res.SHA256, sum)
+	}
+	r := rec.Result
+	if rec.Reason != api.ReasonNotDurable || r == nil || !r.OK || r.Durable == nil || *r.Durable || r.SHA256 != sum {
+		t.Errorf("%s ledger: reason=%s result=%+v, want ok, not_durable, durable:false, %s", what, rec.Reason, r, sum)
+	}
+}
+
+// Class 8: the directory fsync after a commit fails with EIO (through
+// fileop.TestHookSyncDir, the one seam; the fsync is the only thing that
+// fails). The write and the delete took effect, so the result and the
+// ledger say so: ok, what was written or removed, durable:false and
+// reason not_durable, where they used to say internal_error.
+// docs/security.md, "The second review (Hardening II)", "Results say what happened"
+func TestWriteDeleteNotDurable(t *testing.T) {
+	ws, h := spaceFixture(t, "", "")
+	// Durable first: durable:true in the result and the ledger.
+	res := h.write(map[string]any{"path": "ws/a.txt", "content": "old"})
+	if !res.OK || res.Durable == nil || !*res.Durable {
+		t.Fatalf("a durable write: ok=%v reason=%s durable=%v", res.OK, res.Reason, res.Durable)
+	}
+	if r := h.results("write_file"); len(r) != 1 || r[0].Result.Durable == nil || !*r[0].Result.Durable {
+		t.Fatalf("ledger of a durable write: %+v", r)
+	}
+
+	failDirSync(t)
+	res = h.write(map[string]any{"path": "ws/a.txt", "content": "new", "if_match": digest("old")})
+	fileIs(t, filepath.Join(ws, "a.txt"), "new")
+	w := h.results("write_file")
+	notDurable(t, "write", res, w[len(w)-1], digest("new"))
+	if w[len(w)-1].Result.Size != 3 {
+		t.Errorf("ledger size %d, want 3", w[len(w)-1].Result.Size)
+	}
+	leftTemps(t, ws)
+
+	res, _ = h.call("delete_file", map[string]any{"path": "ws/a.txt"})
+	if _, err := os.Lstat(filepath.Join(ws, "a.txt")); !os.IsNotExist(err) {
+		t.Fatalf("the deleted file is still there: %v", err)
+	}
+	d := h.results("delete_file")
+	notDurable(t, "delete", res, d[len(d)-1], digest("new"))
 }

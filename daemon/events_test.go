@@ -181,7 +181,7 @@ func eventsDaemon(t *testing.T) (*escapetest.Fixture, Config, func()) {
 	  "tools":{"read_file":{"operation":"read","roots":["workspace/src"]}}}`)
 	dir := t.TempDir()
 	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "sluice.sock"), StateDir: filepath.Join(dir, "state"),
-		Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil)), ResolveMode: securefs.ModeAuto,
+		Logger: slog.New(slog.NewJSONHandler(&testutil.LockedBuffer{}, nil)), ResolveMode: securefs.ModeAuto,
 		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t)}
 	return fx, cfg, launch(t, cfg)
 }

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,28 +322,19 @@ func TestMountSwapDuringPoolRefill(t *testing.T) {
 	testutil.Must(t, testutil.Poll(30*time.Second, full))
 
 	tests := filepath.Join(fx.Base, "workspace/tests")
-	var stop atomic.Bool
-	var swaps atomic.Int64
-	swapErr := make(chan error, 1)
-	go func() {
-		defer close(swapErr)
-		step := func(err error) bool {
-			if err != nil {
-				swapErr <- err
-			}
-			return err == nil
+	sw := testutil.Swap(t, func(int) error {
+		if err := os.Rename(tests, tests+".orig"); err != nil {
+			return err
 		}
-		for !stop.Load() {
-			if !step(os.Rename(tests, tests+".orig")) || !step(os.Symlink(fx.Base, tests)) {
-				return
-			}
-			time.Sleep(time.Millisecond) // the attack's window, not a synchronization
-			if !step(os.Remove(tests)) || !step(os.Rename(tests+".orig", tests)) {
-				return
-			}
-			swaps.Add(1)
+		if err := os.Symlink(fx.Base, tests); err != nil {
+			return err
 		}
-	}()
+		time.Sleep(time.Millisecond) // the attack's window, not a synchronization
+		if err := os.Remove(tests); err != nil {
+			return err
+		}
+		return os.Rename(tests+".orig", tests)
+	})
 	const calls = 12
 	refillsOverlapped, swapsDuringRefill := 0, int64(0)
 	for i := 0; i < calls; i++ {
@@ -357,22 +347,21 @@ func TestMountSwapDuringPoolRefill(t *testing.T) {
 		}
 		// The call has ended, so its box's refill has begun: wait until
 		// it is done, and count the swaps it overlapped.
-		before := swaps.Load()
+		before := sw.Swaps()
 		if err := testutil.Poll(30*time.Second, full); err != nil {
 			t.Fatalf("the pool did not refill after call %d: %v", i, err)
 		}
-		if n := swaps.Load() - before; n > 0 {
+		if n := sw.Swaps() - before; n > 0 {
 			refillsOverlapped++
 			swapsDuringRefill += n
 		}
 	}
-	stop.Store(true)
-	if err := <-swapErr; err != nil {
+	if err := sw.Stop(); err != nil {
 		t.Fatalf("swap: %v", err)
 	}
 	hits := metricValue(t, url, `sluice_pool_hits_total{tool="cat"}`)
 	t.Logf("%d swaps, %d of %d refills overlapped swaps (%d swaps during refills), %v warm calls",
-		swaps.Load(), refillsOverlapped, calls, swapsDuringRefill, hits)
+		sw.Swaps(), refillsOverlapped, calls, swapsDuringRefill, hits)
 	if refillsOverlapped == 0 || hits == 0 {
 		t.Fatalf("no refill overlapped a swap (%d refills overlapped, %v warm calls): the race was not run", refillsOverlapped, hits)
 	}

@@ -327,7 +327,7 @@ func TestShutdownWithCallsInFlight(t *testing.T) {
 	runDir := filepath.Join(dir, "run")
 	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
 		RunDir: runDir, Helper: testutil.Helper(t), ShutdownGrace: 500 * time.Millisecond,
-		Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil))}
+		Logger: slog.New(slog.NewJSONHandler(&testutil.LockedBuffer{}, nil))}
 	ready := make(chan struct{})
 	cfg.Ready = func() { close(ready) }
 	ctx, cancel := context.WithCancel(context.Background())

@@ -279,7 +279,7 @@ func TestIdleFlood(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := escapetest.Build(t)
-			logs := &lockedBuf{}
+			logs := &testutil.LockedBuffer{}
 			h := start(t, fx.Manifest, securefs.ModeAuto, func(c *Config) {
 				c.MaxConnsPerUID = tc.perUID
 				c.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -56,7 +56,8 @@ func TestCheckMetricsAddr(t *testing.T) {
 // calls and checks that each counter moved as those calls say.
 func TestMetrics(t *testing.T) {
 	testutil.RequireRoot(t)
-	msgs := notifySocket(t) // READY=1 says the pool is warm
+	notify, msgs := testutil.NotifySocket(t) // READY=1 says the pool is warm
+	t.Setenv("NOTIFY_SOCKET", notify)
 	fx := escapetest.Build(t)
 	m := writeManifest(t, fx.Base, `{"schema_version":1,
 	  "tools":{"read_file":{"operation":"read","roots":["workspace/src"]},
@@ -68,7 +69,7 @@ func TestMetrics(t *testing.T) {
 		c.MetricsListening = func(a string) { addr <- a }
 	})
 	url := "http://" + <-addr + "/metrics"
-	awaitNotify(t, msgs, "READY=1", "STOPPING=1")
+	testutil.AwaitNotify(t, msgs, "READY=1", "STOPPING=1")
 
 	for _, call := range []struct {
 		tool string

@@ -37,7 +37,7 @@ func TestRecoverInterruptedWrites(t *testing.T) {
 	  "write_file":{"operation":"write","roots":["workspace/src"]}}}`)
 	dir := t.TempDir()
 	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
-		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil))}
+		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), Logger: slog.New(slog.NewJSONHandler(&testutil.LockedBuffer{}, nil))}
 	src := filepath.Join(fx.Base, "workspace/src")
 	ledgerPath := filepath.Join(cfg.StateDir, "audit.jsonl")
 
@@ -170,7 +170,7 @@ func TestLegacyJournalSwept(t *testing.T) {
 	  "write_file":{"operation":"write","roots":["workspace/src"]}}}`)
 	dir := t.TempDir()
 	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
-		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil))}
+		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), Logger: slog.New(slog.NewJSONHandler(&testutil.LockedBuffer{}, nil))}
 	src := filepath.Join(fx.Base, "workspace/src")
 	left, done := fileop.TempPrefix+"0123abcd", fileop.TempPrefix+"4567ef01"
 	testutil.Must(t, os.WriteFile(filepath.Join(src, left), []byte("half"), 0o600))

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/securefs"
@@ -100,60 +99,12 @@ func TestListenerFrom(t *testing.T) {
 	}
 }
 
-// notifySocket listens where sd_notify sends (NOTIFY_SOCKET) and hands
-// each datagram on.
-func notifySocket(t *testing.T) <-chan string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("NOTIFY_SOCKET", path)
-	msgs := make(chan string, 64)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := c.Read(buf)
-			if err != nil {
-				close(msgs)
-				return
-			}
-			msgs <- string(buf[:n])
-		}
-	}()
-	t.Cleanup(func() { c.Close() })
-	return msgs
-}
-
-// awaitNotify returns the next notification that has want, failing on
-// one that has unwanted first.
-func awaitNotify(t *testing.T, msgs <-chan string, want, unwanted string) string {
-	t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				t.Fatalf("notify socket closed before %q", want)
-			}
-			if unwanted != "" && strings.Contains(m, unwanted) {
-				t.Fatalf("got %q before %q", m, want)
-			}
-			if strings.Contains(m, want) {
-				return m
-			}
-		case <-timeout:
-			t.Fatalf("no %q within 30 s", want)
-		}
-	}
-}
-
 // TestNotify: READY=1 only once the pool is warm, STATUS= with a summary,
 // RELOADING=1 then READY=1 around a reload, STOPPING=1 on shutdown.
 func TestNotify(t *testing.T) {
 	testutil.RequireRoot(t)
-	msgs := notifySocket(t)
+	notify, msgs := testutil.NotifySocket(t)
+	t.Setenv("NOTIFY_SOCKET", notify)
 	fx := escapetest.Build(t)
 	m := writeManifest(t, fx.Base, `{"schema_version":1,
 	  "tools":{"read_file":{"operation":"read","roots":["workspace/src"]},
@@ -161,9 +112,9 @@ func TestNotify(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
 		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), ResolveMode: securefs.ModeAuto,
-		Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil))}
+		Logger: slog.New(slog.NewJSONHandler(&testutil.LockedBuffer{}, nil))}
 	stop := launch(t, cfg)
-	ready := awaitNotify(t, msgs, "READY=1", "STOPPING=1")
+	ready := testutil.AwaitNotify(t, msgs, "READY=1", "STOPPING=1")
 	if !strings.Contains(ready, "STATUS=policy ") || !strings.Contains(ready, "2 tools") || !strings.Contains(ready, "pools 1/1 warm") {
 		t.Errorf("READY=1 came without a warm pool's status: %q", ready)
 	}
@@ -172,10 +123,10 @@ func TestNotify(t *testing.T) {
 	if _, err := c.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if r := awaitNotify(t, msgs, "RELOADING=1", "READY=1"); !strings.Contains(r, "MONOTONIC_USEC=") {
+	if r := testutil.AwaitNotify(t, msgs, "RELOADING=1", "READY=1"); !strings.Contains(r, "MONOTONIC_USEC=") {
 		t.Errorf("RELOADING=1 without MONOTONIC_USEC: %q", r)
 	}
-	awaitNotify(t, msgs, "READY=1", "STOPPING=1")
+	testutil.AwaitNotify(t, msgs, "READY=1", "STOPPING=1")
 	stop()
-	awaitNotify(t, msgs, "STOPPING=1", "")
+	testutil.AwaitNotify(t, msgs, "STOPPING=1", "")
 }

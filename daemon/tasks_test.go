@@ -148,3 +148,35 @@ func TestUIDRangeExhaustedIsBusy(t *testing.T) {
 		<-s.done
 	}
 }
+
+// TestReview4TaskWithDotsCancellable: a task id may hold any character but
+// a control one, so a task named ".." or "a..b" must be cancellable like
+// any other. The router refused every path holding "..", so such a task
+// could not be cancelled: its parked calls stayed parked and its running
+// ones ran on, whoever asked.
+// docs/security.md, "The fourth review"
+func TestReview4TaskWithDotsCancellable(t *testing.T) {
+	_, m := lifecycleFixture(t, "")
+	h := start(t, m, securefs.ModeAuto)
+	agent := clientAs(h.socket, agentUID)
+	defer agent.Close()
+	ctx := context.Background()
+	for _, task := range []string{"..", "a..b", "../x"} {
+		parked := startStream(agent, ctx, api.CallRequest{Tool: "ask_read", Args: pathArgs("workspace/src/a.py"), Task: task})
+		if ev := parked.next(t, "the parked decision"); ev.Verdict != api.VerdictPending {
+			t.Fatalf("task %q: parked: %s", task, ev.Raw)
+		}
+		tc, err := agent.CancelTask(ctx, task)
+		if err != nil || tc.Ended != 1 {
+			t.Errorf("task %q: cancel: %+v %v", task, tc, err)
+			if ap, err := h.c.Approvals(ctx); err == nil { // deny it, so that the stream ends
+				for _, a := range ap.Approvals {
+					h.c.Decide(ctx, a.ApprovalID, false, "")
+				}
+			}
+		}
+		if r := parked.wait(t); err == nil && r.Reason != api.ReasonTaskCancelled {
+			t.Errorf("task %q: parked after cancel: %+v", task, r)
+		}
+	}
+}

@@ -169,25 +169,15 @@ func TestWriteParentSwapRace(t *testing.T) {
 	testutil.Must(t, os.MkdirAll(dir, 0o755))
 	swap := filepath.Join(fx.Base, "workspace/src/swap")
 	testutil.Must(t, os.Symlink(outside, swap))
-	var stop atomic.Bool
-	var swaps atomic.Int64
-	swapErr := make(chan error, 1)
-	go func() {
-		defer close(swapErr)
-		for !stop.Load() {
-			if err := unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, swap, unix.RENAME_EXCHANGE); err != nil {
-				swapErr <- err
-				return
-			}
-			swaps.Add(1)
-		}
-	}()
+	sw := testutil.Swap(t, func(int) error {
+		return unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, swap, unix.RENAME_EXCHANGE)
+	})
 	landed, refused, overlapped := 0, 0, 0
 	reasons := map[api.Reason]int{}
 	for i := 0; i < 300; i++ {
-		before := swaps.Load()
+		before := sw.Swaps()
 		res := h.write(map[string]any{"path": "workspace/src/target/f.txt", "content": "x"})
-		if swaps.Load() != before {
+		if sw.Swaps() != before {
 			overlapped++
 		}
 		if res.OK {
@@ -202,8 +192,7 @@ func TestWriteParentSwapRace(t *testing.T) {
 			}
 		}
 	}
-	stop.Store(true)
-	if err := <-swapErr; err != nil {
+	if err := sw.Stop(); err != nil {
 		t.Fatalf("swap: %v", err)
 	}
 	ents, err := os.ReadDir(outside)
@@ -214,9 +203,9 @@ func TestWriteParentSwapRace(t *testing.T) {
 	if b, err := os.ReadFile(keep); err != nil || string(b) != "keep me\n" {
 		t.Fatalf("the outside file changed: %q %v", b, err)
 	}
-	t.Logf("%d swaps, %d writes overlapped a swap, %d landed inside, %d refused %v", swaps.Load(), overlapped, landed, refused, reasons)
-	if swaps.Load() == 0 || overlapped == 0 {
-		t.Fatalf("the race was not exercised: %d swaps, %d during a write", swaps.Load(), overlapped)
+	t.Logf("%d swaps, %d writes overlapped a swap, %d landed inside, %d refused %v", sw.Swaps(), overlapped, landed, refused, reasons)
+	if sw.Swaps() == 0 || overlapped == 0 {
+		t.Fatalf("the race was not exercised: %d swaps, %d during a write", sw.Swaps(), overlapped)
 	}
 	if landed == 0 || refused == 0 {
 		t.Fatalf("the race never went both ways: %d landed, %d refused", landed, refused)

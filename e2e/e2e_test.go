@@ -115,7 +115,7 @@ func startOwnDaemon(t *testing.T, manifest string) *daemon {
 
 func (d *daemon) start() {
 	d.t.Helper()
-	stderr := &syncBuffer{}
+	stderr := &testutil.LockedBuffer{}
 	d.logs = stderr
 	d.cmd = exec.Command(filepath.Join(binDir, "sluiced"), "--manifest", d.manifest, "--socket", d.socket,
 		"--state-dir", d.stateDir, "--run-dir", d.runDir)
@@ -165,25 +165,6 @@ func (d *daemon) stop() {
 		d.t.Errorf("sluiced ignored SIGTERM")
 	}
 	d.cmd = nil
-}
-
-// syncBuffer is the daemon's stderr: written by exec's copier, read by
-// the test while the daemon runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // leftovers is what the daemon's containers left in the kernel's view:
@@ -264,36 +245,24 @@ func TestSymlinkSwapRace(t *testing.T) {
 	d := startDaemon(t, fx.Manifest)
 	src := filepath.Join(fx.Base, "workspace/src")
 	testutil.Must(t, os.WriteFile(filepath.Join(src, "inside.txt"), []byte("inside\n"), 0o644))
-	var stop atomic.Bool
-	var swapper, wg sync.WaitGroup
-	var swaps atomic.Int64
-	var swapErr error // the swapper's first error, read after swapper.Wait
-	swapper.Add(1)
-	go func() {
-		defer swapper.Done()
-		for i := 0; !stop.Load(); i++ {
-			tmp := filepath.Join(src, "race.new")
-			target, dir := "inside.txt", "."
-			if i%2 == 0 {
-				target, dir = "../../secret.txt", "../.."
-			}
-			// race.new was renamed away and d may not exist yet: only
-			// their absence may make a remove fail.
-			if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				swapErr = err
-				return
-			}
-			if err := os.Remove(filepath.Join(src, "d")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				swapErr = err
-				return
-			}
-			if swapErr = errors.Join(os.Symlink(target, tmp), os.Rename(tmp, filepath.Join(src, "race")),
-				os.Symlink(dir, filepath.Join(src, "d"))); swapErr != nil {
-				return
-			}
-			swaps.Add(1)
+	var wg sync.WaitGroup
+	sw := testutil.Swap(t, func(i int) error {
+		tmp := filepath.Join(src, "race.new")
+		target, dir := "inside.txt", "."
+		if i%2 == 0 {
+			target, dir = "../../secret.txt", "../.."
 		}
-	}()
+		// race.new was renamed away and d may not exist yet: only
+		// their absence may make a remove fail.
+		if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := os.Remove(filepath.Join(src, "d")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return errors.Join(os.Symlink(target, tmp), os.Rename(tmp, filepath.Join(src, "race")),
+			os.Symlink(dir, filepath.Join(src, "d")))
+	})
 	var calls, inside atomic.Int64
 	deadline := time.Now().Add(2 * time.Second)
 	for w := range 4 {
@@ -322,13 +291,11 @@ func TestSymlinkSwapRace(t *testing.T) {
 		}()
 	}
 	wg.Wait() // the callers stop at the deadline
-	stop.Store(true)
-	swapper.Wait()
-	if swapErr != nil {
-		t.Fatalf("swap: %v", swapErr)
+	if err := sw.Stop(); err != nil {
+		t.Fatalf("swap: %v", err)
 	}
-	t.Logf("%d swaps, %d calls under a swap race, %d read the inside file, none outside", swaps.Load(), calls.Load(), inside.Load())
-	if swaps.Load() == 0 {
+	t.Logf("%d swaps, %d calls under a swap race, %d read the inside file, none outside", sw.Swaps(), calls.Load(), inside.Load())
+	if sw.Swaps() == 0 {
 		t.Fatal("no swap completed: the race proved nothing")
 	}
 	if inside.Load() == 0 {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // TestMCPStdio: the real `sluice mcp` binary, spawned over stdio by the
@@ -31,7 +32,7 @@ func TestMCPStdio(t *testing.T) {
 	fx := escapetest.Build(t)
 	d := startOwnDaemon(t, fx.Manifest)
 	cmd := exec.Command(filepath.Join(binDir, "sluice"), "mcp", "--socket", d.socket)
-	stderr := &syncBuffer{}
+	stderr := &testutil.LockedBuffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -166,7 +167,7 @@ func TestREADMEAgentRecipes(t *testing.T) {
 			argv[0], argv[i+1] = filepath.Join(binDir, "sluice"), d.socket
 			cmd := exec.Command(argv[0], argv[1:]...)
 			cmd.Env = []string{} // as Codex and the Inspector start MCP servers
-			stderr := &syncBuffer{}
+			stderr := &testutil.LockedBuffer{}
 			cmd.Stderr = stderr
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()

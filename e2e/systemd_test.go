@@ -44,40 +44,10 @@ func TestSocketActivation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	notifyPath := filepath.Join(dir, "notify.sock")
-	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	msgs := make(chan string, 64)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := nc.Read(buf)
-			if err != nil {
-				close(msgs)
-				return
-			}
-			msgs <- string(buf[:n])
-		}
-	}()
+	notifyPath, msgs := testutil.NotifySocket(t)
 	await := func(want string) string {
 		t.Helper()
-		timeout := time.After(30 * time.Second)
-		for {
-			select {
-			case m, ok := <-msgs:
-				if !ok {
-					t.Fatalf("notify socket closed before %s", want)
-				}
-				if strings.Contains(m, want) {
-					return m
-				}
-			case <-timeout:
-				t.Fatalf("no %s within 30 s", want)
-			}
-		}
+		return testutil.AwaitNotify(t, msgs, want, "")
 	}
 
 	unused := filepath.Join(dir, "unused.sock")

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,24 +37,6 @@ const agentUID = 4242
 // latest (2026-07-28, server/discover and subscriptions/listen).
 var protocols = []string{"2025-11-25", ""}
 
-// lockedBuf is a log sink read while the daemon or bridge still writes.
-type lockedBuf struct {
-	mu sync.Mutex
-	bytes.Buffer
-}
-
-func (b *lockedBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
-}
-
-func (b *lockedBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.String()
-}
-
 // sluiced is a real daemon, in-process, on its own socket.
 type sluiced struct {
 	socket, stateDir, runDir, manifest string
@@ -69,30 +50,17 @@ func startSluiced(t *testing.T, manifest string, tweak ...func(*daemon.Config)) 
 	s := &sluiced{socket: filepath.Join(dir, "sluice.sock"), stateDir: filepath.Join(dir, "state"),
 		runDir: filepath.Join(dir, "run"), manifest: manifest}
 	cfg := daemon.Config{Manifest: manifest, Socket: s.socket, StateDir: s.stateDir, RunDir: s.runDir,
-		Logger: slog.New(slog.NewJSONHandler(&lockedBuf{}, nil)), Helper: testutil.Helper(t)}
+		Logger: slog.New(slog.NewJSONHandler(&testutil.LockedBuffer{}, nil)), Helper: testutil.Helper(t)}
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	ready := make(chan struct{})
-	cfg.Ready = func() { close(ready) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- daemon.Run(ctx, cfg) }()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("sluiced did not start: %v", err)
-	}
-	var once sync.Once
+	stop := testutil.Start(t, func(ctx context.Context, ready func()) error {
+		cfg.Ready = ready
+		return daemon.Run(ctx, cfg)
+	})
 	s.stop = func() {
-		once.Do(func() {
-			s.stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("sluiced: %v", err)
-			}
-		})
+		s.stopped = true
+		stop()
 	}
 	t.Cleanup(func() {
 		s.stop()
@@ -146,7 +114,7 @@ type session struct {
 	*sdk.ClientSession
 	progress    chan *sdk.ProgressNotificationParams
 	listChanged chan struct{}
-	logs        *lockedBuf
+	logs        *testutil.LockedBuffer
 }
 
 // connect runs a bridge on c (a client of socket) and connects the SDK's
@@ -154,7 +122,7 @@ type session struct {
 // SDK's latest).
 func connect(t *testing.T, socket string, c *client.Client, protocol string, tweak ...func(*mcp.Options)) *session {
 	t.Helper()
-	s := &session{progress: make(chan *sdk.ProgressNotificationParams, 256), listChanged: make(chan struct{}, 16), logs: &lockedBuf{}}
+	s := &session{progress: make(chan *sdk.ProgressNotificationParams, 256), listChanged: make(chan struct{}, 16), logs: &testutil.LockedBuffer{}}
 	opts := mcp.Options{Socket: socket, Client: c, Logger: slog.New(slog.NewTextHandler(s.logs, nil)),
 		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
 	for _, f := range tweak {

@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -466,24 +465,13 @@ func TestMountSourceSwapRace(t *testing.T) {
 	r := newRunner(t)
 	f := newFixture(t)
 	moved := f.ws + ".moved"
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var swaps atomic.Int64
-	var swapErr error // the swapper's first error, read after wg.Wait
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			if swapErr = errors.Join(os.Rename(f.ws, moved), os.Symlink(f.secretDir, f.ws)); swapErr != nil {
-				return
-			}
-			time.Sleep(time.Millisecond) // pacing the swap loop, not waiting for an event
-			if swapErr = errors.Join(os.Remove(f.ws), os.Rename(moved, f.ws)); swapErr != nil {
-				return
-			}
-			swaps.Add(1)
+	sw := testutil.Swap(t, func(int) error {
+		if err := errors.Join(os.Rename(f.ws, moved), os.Symlink(f.secretDir, f.ws)); err != nil {
+			return err
 		}
-	}()
+		time.Sleep(time.Millisecond) // pacing the swap loop, not waiting for an event
+		return errors.Join(os.Remove(f.ws), os.Rename(moved, f.ws))
+	})
 	ran := 0
 	var errs []error
 	for i := 0; i < 10; i++ {
@@ -504,15 +492,13 @@ func TestMountSourceSwapRace(t *testing.T) {
 			t.Fatalf("ESCAPE: mount followed a swapped-in symlink: %s", res.Stdout)
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
-	if swapErr != nil {
-		t.Fatalf("swap: %v", swapErr)
+	if err := sw.Stop(); err != nil {
+		t.Fatalf("swap: %v", err)
 	}
-	if swaps.Load() == 0 {
+	if sw.Swaps() == 0 {
 		t.Fatal("no swap completed while containers were created")
 	}
-	t.Logf("%d swaps, %d of 10 containers ran", swaps.Load(), ran)
+	t.Logf("%d swaps, %d of 10 containers ran", sw.Swaps(), ran)
 	// The source is an fd, so the swap cannot make creation fail; demand
 	// that most runs really looked, or this test tested nothing.
 	if ran < 8 {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // The crash helper: the test binary re-executed with crashHelperEnv set
@@ -146,7 +147,7 @@ func TestKillMidWrite(t *testing.T) {
 				t.Fatalf("torn file: %d bytes, starting %q", len(got), got[:min(len(got), 16)])
 			}
 			p := f.parent(t, crashFile)
-			for _, n := range listing(t, f.dir) {
+			for _, n := range testutil.Listing(t, f.dir) {
 				switch {
 				case n == crashFile || n == "sub":
 				case strings.HasPrefix(n, TempPrefix) && reported[n]:
@@ -158,7 +159,7 @@ func TestKillMidWrite(t *testing.T) {
 					t.Fatalf("left behind and never reported: %s", n)
 				}
 			}
-			if names := listing(t, f.dir); strings.Join(names, ",") != crashFile+",sub" {
+			if names := testutil.Listing(t, f.dir); strings.Join(names, ",") != crashFile+",sub" {
 				t.Fatalf("after the sweep: %v", names)
 			}
 		})

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -89,7 +88,7 @@ func (f *fixture) parent(t testing.TB, rel string) *Parent {
 // secret, unchanged.
 func (f *fixture) outsideUntouched(t testing.TB) {
 	t.Helper()
-	if names := listing(t, f.out); len(names) != 1 || names[0] != "secret" {
+	if names := testutil.Listing(t, f.out); len(names) != 1 || names[0] != "secret" {
 		t.Fatalf("outside dir changed: %v", names)
 	}
 	if got := get(t, filepath.Join(f.out, "secret")); got != outsideSecret {
@@ -97,24 +96,10 @@ func (f *fixture) outsideUntouched(t testing.TB) {
 	}
 }
 
-func listing(t testing.TB, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	return names
-}
-
 // noTemps fails if any temporary name is left in dir.
 func noTemps(t testing.TB, dir string) {
 	t.Helper()
-	for _, n := range listing(t, dir) {
+	for _, n := range testutil.Listing(t, dir) {
 		if strings.HasPrefix(n, TempPrefix) {
 			t.Fatalf("temporary file left in %s: %s", dir, n)
 		}
@@ -335,10 +320,10 @@ func TestCheckErrorCommitsNothing(t *testing.T) {
 					if got := get(t, target); got != "old\n" {
 						t.Fatalf("content = %q", got)
 					}
-					if names := listing(t, f.dir); len(names) != 2 {
+					if names := testutil.Listing(t, f.dir); len(names) != 2 {
 						t.Fatalf("dir = %v", names)
 					}
-				} else if names := listing(t, f.dir); len(names) != 1 || names[0] != "sub" {
+				} else if names := testutil.Listing(t, f.dir); len(names) != 1 || names[0] != "sub" {
 					t.Fatalf("dir = %v", names)
 				}
 				if len(j.open) != 0 {
@@ -653,7 +638,7 @@ func TestDelete(t *testing.T) {
 			if _, err := Delete(f.parent(t, "link"), nil); err != nil {
 				t.Fatal(err)
 			}
-			if names := listing(t, f.dir); strings.Join(names, ",") != "fifo,keep,sub" {
+			if names := testutil.Listing(t, f.dir); strings.Join(names, ",") != "fifo,keep,sub" {
 				t.Fatalf("dir = %v", names)
 			}
 			if got := get(t, filepath.Join(f.dir, "keep")); got != "keep\n" {
@@ -692,7 +677,7 @@ func TestRemoveTemp(t *testing.T) {
 			t.Errorf("RemoveTemp(%q) = %v, want %v", name, err, want)
 		}
 	}
-	if names := listing(t, f.dir); strings.Join(names, ",") != TempPrefix+"dir,"+TempPrefix+"link,sub,user.txt" {
+	if names := testutil.Listing(t, f.dir); strings.Join(names, ",") != TempPrefix+"dir,"+TempPrefix+"link,sub,user.txt" {
 		t.Fatalf("dir = %v", names)
 	}
 	f.outsideUntouched(t)

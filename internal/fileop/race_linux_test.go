@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,72 +41,50 @@ func TestParentSwapRace(t *testing.T) {
 			}
 			defer unix.Close(dirfd)
 
-			stop := make(chan struct{})
-			var swaps atomic.Int64
-			var swapErr error
-			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if err := unix.Renameat2(dirfd, "d", dirfd, "x", unix.RENAME_EXCHANGE); err != nil {
-						swapErr = err
-						return
-					}
-					swaps.Add(1)
-				}
-			}()
+			sw := testutil.Swap(t, func(int) error {
+				return unix.Renameat2(dirfd, "d", dirfd, "x", unix.RENAME_EXCHANGE)
+			})
 
 			var ok, escaped, overlapped int
 			var written []string
 			deadline := time.Now().Add(time.Second)
 			for i := 0; time.Now().Before(deadline); i++ {
 				name := "f" + strconv.Itoa(i)
-				before := swaps.Load()
+				before := sw.Swaps()
 				p, err := ResolveParent(f.root, "d/"+name)
 				if errors.Is(err, securefs.ErrPathEscapes) {
 					escaped++
-					if swaps.Load() != before {
+					if sw.Swaps() != before {
 						overlapped++
 					}
 					continue
 				}
 				if err != nil {
-					close(stop)
-					wg.Wait()
+					sw.Stop()
 					t.Fatalf("resolve: %v", err)
 				}
 				_, err = Write(p, []byte("payload\n"), WriteOptions{Mode: CreateOrOverwrite, noTmpfile: v.noTmpfile})
 				p.Close()
 				if err != nil {
-					close(stop)
-					wg.Wait()
+					sw.Stop()
 					t.Fatalf("write %s: %v", name, err)
 				}
 				ok++
-				if swaps.Load() != before {
+				if sw.Swaps() != before {
 					overlapped++
 				}
 				written = append(written, name)
 				if i%64 == 0 {
-					if names := listing(t, empty); len(names) != 0 {
-						close(stop)
-						wg.Wait()
+					if names := testutil.Listing(t, empty); len(names) != 0 {
+						sw.Stop()
 						t.Fatalf("files appeared outside: %v", names)
 					}
 				}
 			}
-			close(stop)
-			wg.Wait()
-			if swapErr != nil {
-				t.Fatalf("swap: %v", swapErr)
+			if err := sw.Stop(); err != nil {
+				t.Fatalf("swap: %v", err)
 			}
-			if names := listing(t, empty); len(names) != 0 {
+			if names := testutil.Listing(t, empty); len(names) != 0 {
 				t.Fatalf("files appeared outside: %v", names)
 			}
 			f.outsideUntouched(t)
@@ -117,7 +94,7 @@ func TestParentSwapRace(t *testing.T) {
 				real = filepath.Join(f.dir, "x")
 			}
 			have := map[string]bool{}
-			for _, n := range listing(t, real) {
+			for _, n := range testutil.Listing(t, real) {
 				have[n] = true
 			}
 			for _, n := range written {
@@ -128,9 +105,9 @@ func TestParentSwapRace(t *testing.T) {
 			if len(have) != len(written) {
 				t.Fatalf("real directory has %d names, %d written", len(have), len(written))
 			}
-			t.Logf("%d swaps, %d writes overlapped a swap, %d landed inside, %d refused as escapes", swaps.Load(), overlapped, ok, escaped)
-			if swaps.Load() == 0 || overlapped == 0 {
-				t.Fatalf("the race was not exercised: %d swaps, %d during a write", swaps.Load(), overlapped)
+			t.Logf("%d swaps, %d writes overlapped a swap, %d landed inside, %d refused as escapes", sw.Swaps(), overlapped, ok, escaped)
+			if sw.Swaps() == 0 || overlapped == 0 {
+				t.Fatalf("the race was not exercised: %d swaps, %d during a write", sw.Swaps(), overlapped)
 			}
 			if ok == 0 || escaped == 0 {
 				t.Fatalf("the race never went both ways: %d ok, %d escaped", ok, escaped)

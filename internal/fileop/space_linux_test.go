@@ -52,23 +52,9 @@ func TestParseReserve(t *testing.T) {
 	}
 }
 
-// tmpfs mounts a tmpfs of size bytes at dir: a real file system that
-// really fills up.
-func tmpfs(t testing.TB, dir, size string) {
-	t.Helper()
-	testutil.RequireRoot(t)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size="+size+",mode=0755"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-}
-
 func tmpfsRoot(t *testing.T, size string) (string, *securefs.Root) {
 	dir := filepath.Join(t.TempDir(), "fs")
-	tmpfs(t, dir, size)
+	testutil.MountTmpfs(t, dir, size)
 	root, err := securefs.OpenRoot(dir, securefs.ModeAuto)
 	if err != nil {
 		t.Fatal(err)

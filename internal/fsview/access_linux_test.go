@@ -3,6 +3,7 @@ package fsview
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -193,5 +194,187 @@ func TestReaddirChunks(t *testing.T) {
 		if _, err := dir.Seek(0, 0); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Review 3: attacks on the view's long kernel caches.
+
+// openAs opens p for reading as uid (fs uid; no capabilities) and reads
+// it; it returns what it read or the error.
+func openAs(uid int, p string) (string, error) {
+	var got string
+	var err error
+	asFsuid(uid, func() {
+		var b []byte
+		b, err = os.ReadFile(p)
+		got = string(b)
+	})
+	return got, err
+}
+
+// TestBreachStaleModeOpens: the kernel checks a container's open against
+// the attributes it caches (default_permissions), for up to the 10 minute
+// cache timeout in a watched directory. A file the host makes unreadable
+// to others must not open for a container, whether the change was
+// reported (a chmod in the view, read by the watch a moment later: here
+// the watcher is held, as it is while the event waits in the queue) or
+// not (a chmod through a hard link outside the view: inotify reports it
+// to no watched directory).
+func TestBreachStaleModeOpens(t *testing.T) {
+	ws, v := mountCapped(t, 8)
+	const uid = 0x7F030001
+	v.Admit(uid)
+	f := filepath.Join(v.Path(0), "f")
+	link := filepath.Join(filepath.Dir(ws), "link-outside")
+	testutil.Must(t, os.Link(filepath.Join(ws, "f"), link))
+
+	if got, err := openAs(uid, f); err != nil || got != "content\n" {
+		t.Fatalf("before: %q %v", got, err)
+	}
+	// Through the hard link outside the view: no event at all.
+	testutil.Must(t, os.Chmod(link, 0o600))
+	v.Sync()
+	if got, err := openAs(uid, f); err == nil {
+		t.Errorf("chmod 600 through a hard link outside the view: the container still read %q", got)
+	}
+
+	// In the view, while the event waits.
+	testutil.Must(t, os.Chmod(link, 0o644))
+	v.Sync()
+	if got, err := openAs(uid, f); err != nil || got != "content\n" {
+		t.Fatalf("after chmod 644 and Sync: %q %v", got, err)
+	}
+	v.w.mu.Lock()
+	testutil.Must(t, os.Chmod(filepath.Join(ws, "f"), 0o600))
+	got, err := openAs(uid, f)
+	v.w.mu.Unlock()
+	if err == nil {
+		t.Errorf("chmod 600 in the view, event not yet read: the container read %q", got)
+	}
+	v.Sync()
+	if got, err := openAs(uid, f); err == nil {
+		t.Errorf("chmod 600 in the view, after Sync: the container read %q", got)
+	}
+	// A directory made unreadable: opendir refused too.
+	testutil.Must(t, os.Chmod(filepath.Join(ws, "d"), 0o755))
+	v.Sync()
+	asFsuid(uid, func() {
+		if _, err := os.ReadDir(filepath.Join(v.Path(0), "d")); err != nil {
+			t.Errorf("d 755: %v", err)
+		}
+	})
+	v.w.mu.Lock()
+	testutil.Must(t, os.Chmod(filepath.Join(ws, "d"), 0o700))
+	asFsuid(uid, func() {
+		if _, err := os.ReadDir(filepath.Join(v.Path(0), "d")); err == nil {
+			t.Errorf("d chmod 700, event not yet read: listed")
+		}
+	})
+	v.w.mu.Unlock()
+}
+
+// TestExecOnlyRuns: the view's own check of an open's mode leaves execve
+// of an execute-only program (mode 0711) working, as through a bind: the
+// kernel's open for execve asks for the execute bit, not read.
+func TestExecOnlyRuns(t *testing.T) {
+	ws, v := mountCapped(t, 8)
+	const uid = 0x7F030002
+	v.Admit(uid)
+	prog, err := exec.LookPath("true")
+	testutil.Must(t, err)
+	b, err := os.ReadFile(prog)
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "xonly"), b, 0o711))
+	testutil.Must(t, os.Chmod(filepath.Join(ws, "xonly"), 0o711))
+	run := func(mode os.FileMode) error {
+		testutil.Must(t, os.Chmod(filepath.Join(ws, "xonly"), mode))
+		v.Sync()
+		// Through sh: the process serving the view must not exec a file
+		// of it itself (its forking thread holds a P the runtime then
+		// waits for, and the child holds the FUSE fd: a deadlock).
+		cmd := exec.Command("/bin/sh", "-c", `exec "$0"`, filepath.Join(v.Path(0), "xonly"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		return cmd.Run()
+	}
+	if err := run(0o711); err != nil {
+		t.Errorf("exec of a 0711 program: %v", err)
+	}
+	if _, err := openAs(uid, filepath.Join(v.Path(0), "xonly")); err == nil {
+		t.Errorf("read of a 0711 program by another uid succeeded")
+	}
+	if err := run(0o700); err == nil {
+		t.Errorf("exec of a 0700 program by another uid succeeded")
+	}
+}
+
+// TestReview8StaleDirModeOpens: the kernel checks a container's search
+// permission on every directory of a path against the attributes it
+// caches (default_permissions), and the view's own check of an open
+// (permits) looked only at the file opened. A directory the host makes
+// 0700 must close what is beneath it to other uids at once, as through a
+// bind: while its event waits in the queue (a watched directory, the
+// watcher held here as it is while the event waits), and where nothing
+// reports it at all (a directory the watch budget or limit left
+// unwatched: names and attributes cached for the short timeout, which
+// Sync does not shorten, so the change was made before the command
+// started). Each of open, opendir, readlink and exec beneath it, and the
+// mount's own directory made 0700.
+// docs/security.md, "The eighth review"
+func TestReview8StaleDirModeOpens(t *testing.T) {
+	for _, watched := range []bool{true, false} {
+		t.Run(fmt.Sprint("watched=", watched), func(t *testing.T) {
+			ws, v := mountCapped(t, 16)
+			if !watched {
+				setAdd(v.w, func(int, string, uint32) (int, error) { return -1, unix.ENOSPC })
+			}
+			const uid = 0x7F030008
+			v.Admit(uid)
+			in := func(rel string) string { return filepath.Join(v.Path(0), rel) }
+			testutil.Must(t, os.MkdirAll(filepath.Join(ws, "d/e"), 0o755))
+			testutil.Must(t, os.Chmod(filepath.Join(ws, "d/e"), 0o755))
+			write(t, filepath.Join(ws, "d/g"), "SLUICE-SECRET-UNDER-0700\n")
+			testutil.Must(t, os.Chmod(filepath.Join(ws, "d/g"), 0o644))
+			testutil.Must(t, os.Symlink("SLUICE-SECRET-LINK-TARGET", filepath.Join(ws, "d/l")))
+			v.Sync()
+			probe := func() (got []string) {
+				asFsuid(uid, func() {
+					if b, err := os.ReadFile(in("d/g")); err == nil {
+						got = append(got, "read d/g: "+string(b))
+					}
+					if names, err := os.ReadDir(in("d/e")); err == nil {
+						got = append(got, fmt.Sprint("listed d/e: ", len(names)))
+					}
+					if target, err := os.Readlink(in("d/l")); err == nil {
+						got = append(got, "readlink d/l: "+target)
+					}
+				})
+				return got
+			}
+			// Everything cached: names, attributes, the directory's mode.
+			if got := probe(); len(got) != 3 {
+				t.Fatalf("before: %v", got)
+			}
+			for _, dir := range []string{"d", "."} {
+				// "." is the mount's own directory.
+				if watched {
+					v.w.mu.Lock()
+				}
+				testutil.Must(t, os.Chmod(filepath.Join(ws, dir), 0o700))
+				got := probe()
+				if watched {
+					v.w.mu.Unlock()
+				}
+				if len(got) != 0 {
+					t.Errorf("%s made 0700 (event not yet read: %v): another uid still %v", dir, watched, got)
+				}
+				v.Sync()
+				if got := probe(); len(got) != 0 {
+					t.Errorf("%s made 0700, after Sync: another uid still %v", dir, got)
+				}
+				testutil.Must(t, os.Chmod(filepath.Join(ws, dir), 0o755))
+				v.Sync()
+				eventually(t, dir+" back to 0755", func() bool { return len(probe()) == 3 })
+			}
+		})
 	}
 }

@@ -185,50 +185,39 @@ func TestSymlinkSwapRace(t *testing.T) {
 	testutil.RequireRoot(t)
 	fx := escapetest.Build(t)
 	src := filepath.Join(fx.Base, "workspace/src")
-	var stop atomic.Bool
-	var swapper, wg sync.WaitGroup
-	var swaps atomic.Int64
-	var swapErr error // the swapper's first error, read after swapper.Wait
-	swapper.Add(1)
-	go func() {
-		defer swapper.Done()
-		inside := filepath.Join(src, "race.tmp")
-		// race.new was renamed away and sub2 may not exist yet: only
-		// their absence may make a remove fail.
-		remove := func(p string) error {
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-			return nil
+	var wg sync.WaitGroup
+	inside := filepath.Join(src, "race.tmp")
+	// race.new was renamed away and sub2 may not exist yet: only
+	// their absence may make a remove fail.
+	remove := func(p string) error {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
 		}
-		for i := 0; !stop.Load(); i++ {
-			tmp := filepath.Join(src, "race.new")
-			if swapErr = remove(tmp); swapErr != nil {
-				return
-			}
-			if i%2 == 0 {
-				swapErr = os.Symlink("../../secret.txt", tmp)
-			} else {
-				swapErr = errors.Join(os.WriteFile(inside, []byte("inside\n"), 0o644), os.Symlink("race.tmp", tmp))
-			}
-			if swapErr != nil {
-				return
-			}
-			// and a directory swap: sub2 is a real dir or a link out
-			if swapErr = errors.Join(os.Rename(tmp, filepath.Join(src, "race")), remove(filepath.Join(src, "sub2"))); swapErr != nil {
-				return
-			}
-			if i%3 == 0 {
-				swapErr = os.Symlink("../..", filepath.Join(src, "sub2"))
-			} else {
-				swapErr = os.Mkdir(filepath.Join(src, "sub2"), 0o755)
-			}
-			if swapErr != nil {
-				return
-			}
-			swaps.Add(1)
+		return nil
+	}
+	sw := testutil.Swap(t, func(i int) error {
+		tmp := filepath.Join(src, "race.new")
+		if err := remove(tmp); err != nil {
+			return err
 		}
-	}()
+		var err error
+		if i%2 == 0 {
+			err = os.Symlink("../../secret.txt", tmp)
+		} else {
+			err = errors.Join(os.WriteFile(inside, []byte("inside\n"), 0o644), os.Symlink("race.tmp", tmp))
+		}
+		if err != nil {
+			return err
+		}
+		// and a directory swap: sub2 is a real dir or a link out
+		if err := errors.Join(os.Rename(tmp, filepath.Join(src, "race")), remove(filepath.Join(src, "sub2"))); err != nil {
+			return err
+		}
+		if i%3 == 0 {
+			return os.Symlink("../..", filepath.Join(src, "sub2"))
+		}
+		return os.Mkdir(filepath.Join(src, "sub2"), 0o755)
+	})
 	var reads, okReads atomic.Int64
 	deadline := time.Now().Add(2 * time.Second)
 	for _, mode := range modes {
@@ -259,13 +248,11 @@ func TestSymlinkSwapRace(t *testing.T) {
 		}
 	}
 	wg.Wait() // the readers stop at the deadline
-	stop.Store(true)
-	swapper.Wait()
-	if swapErr != nil {
-		t.Fatalf("swap: %v", swapErr)
+	if err := sw.Stop(); err != nil {
+		t.Fatalf("swap: %v", err)
 	}
-	t.Logf("%d swaps, %d resolutions, %d reads of the inside file, none outside", swaps.Load(), reads.Load(), okReads.Load())
-	if swaps.Load() == 0 {
+	t.Logf("%d swaps, %d resolutions, %d reads of the inside file, none outside", sw.Swaps(), reads.Load(), okReads.Load())
+	if sw.Swaps() == 0 {
 		t.Fatal("no swap completed: the race proved nothing")
 	}
 	if okReads.Load() == 0 {

@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/internal/fileop"
@@ -26,19 +24,6 @@ import (
 // fsync recorded as a failure), and the unbounded if_match hash: over the
 // socket, on real file systems (a tiny tmpfs fills up for real).
 
-// mountTmpfs mounts a tmpfs of size at dir until the test ends.
-func mountTmpfs(t *testing.T, dir, size string) {
-	t.Helper()
-	testutil.RequireRoot(t)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size="+size+",mode=0755"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-}
-
 // spaceFixture: a base whose ws/ is a tmpfs of size (unless size is
 // empty), with write, delete and read tools on ws/.
 func spaceFixture(t *testing.T, size, principals string, tweak ...func(base string, cfg *Config)) (string, *harness) {
@@ -47,7 +32,7 @@ func spaceFixture(t *testing.T, size, principals string, tweak ...func(base stri
 	base := t.TempDir()
 	ws := filepath.Join(base, "ws")
 	if size != "" {
-		mountTmpfs(t, ws, size)
+		testutil.MountTmpfs(t, ws, size)
 	} else if err := os.Mkdir(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}

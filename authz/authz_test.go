@@ -161,51 +161,51 @@ func TestDecide(t *testing.T) {
 		{"empty grant", Request{Principal: "ops", Tool: "ls"}, api.ReasonPrincipalNotAllowed, "principals.ops.tools"},
 		{"args error", Request{Principal: "ci", Tool: "ls", ArgsError: "x"}, api.ReasonInvalidArgs, "tools.ls"},
 		{"no path", Request{Principal: "ci", Tool: "ls"}, api.ReasonInvalidArgs, "tools.ls"},
-		{"absolute", Request{Principal: "ci", Tool: "ls", Path: s("/etc")}, api.ReasonInvalidPath, "tools.ls"},
-		{"outside", Request{Principal: "agent", Tool: "read_file", Path: s("other/x")}, api.ReasonOutsideRoots, "tools.read_file.roots"},
-		{"unresolved", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a")}, api.ReasonInternalError, "tools.read_file"},
-		{"allowed second root", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a"),
-			Resolved: []Resource{ok("a", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
-		{"first root wins", Request{Principal: "agent", Tool: "read_file", Path: s("ws/src/a"),
-			Resolved: []Resource{ok("a", KindFile), ok("src/a", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[0]"},
-		{"not found in one, found in other", Request{Principal: "agent", Tool: "read_file", Path: s("ws/src/a"),
-			Resolved: []Resource{{Outcome: OutcomeNotFound}, ok("src/a", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
-		{"most specific failure", Request{Principal: "agent", Tool: "read_file", Path: s("ws/src/a"),
-			Resolved: []Resource{{Outcome: OutcomeEscapes}, {Outcome: OutcomeNotFound}}}, api.ReasonNotFound, "tools.read_file.roots[1]"},
-		{"escapes", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a"),
-			Resolved: []Resource{{Outcome: OutcomeEscapes}}}, api.ReasonOutsideRoots, "tools.read_file.roots[1]"},
-		{"resolver error fails closed", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a"),
-			Resolved: []Resource{{Outcome: OutcomeError}}}, api.ReasonInternalError, "tools.read_file.roots[1]"},
-		{"never requested", Request{Principal: "agent", Tool: "read_file", Path: s("ws/.env")}, api.ReasonNeverListed, "tools.read_file.never[0]"},
-		{"never nested glob", Request{Principal: "agent", Tool: "read_file", Path: s("ws/build/x.o")}, api.ReasonNeverListed, "tools.read_file.never[3]"},
-		{"never not nested deeper", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a/build/x.o"),
-			Resolved: []Resource{ok("a/build/x.o", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
-		{"never resolved", Request{Principal: "agent", Tool: "read_file", Path: s("ws/innocent"),
-			Resolved: []Resource{ok("private/k", KindFile)}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
-		{"never ancestor dir", Request{Principal: "agent", Tool: "read_file", Path: s("ws/x"),
-			Resolved: []Resource{ok("private", KindDir)}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
-		{"read dir", Request{Principal: "agent", Tool: "read_file", Path: s("ws/d"),
-			Resolved: []Resource{ok("d", KindDir)}}, api.ReasonNotAFile, "tools.read_file.roots[1]"},
+		{"absolute", Request{Principal: "ci", Tool: "ls", Args: &ListArgs{Path: s("/etc")}}, api.ReasonInvalidPath, "tools.ls"},
+		{"outside", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("other/x")}}, api.ReasonOutsideRoots, "tools.read_file.roots"},
+		{"unresolved", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a")}}, api.ReasonInternalError, "tools.read_file"},
+		{"allowed second root", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{ok("a", KindFile)}}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
+		{"first root wins", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/src/a")},
+			Resolved: [][]Resource{{ok("a", KindFile), ok("src/a", KindFile)}}}, api.ReasonAllowed, "tools.read_file.roots[0]"},
+		{"not found in one, found in other", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/src/a")},
+			Resolved: [][]Resource{{{Outcome: OutcomeNotFound}, ok("src/a", KindFile)}}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
+		{"most specific failure", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/src/a")},
+			Resolved: [][]Resource{{{Outcome: OutcomeEscapes}, {Outcome: OutcomeNotFound}}}}, api.ReasonNotFound, "tools.read_file.roots[1]"},
+		{"escapes", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{{Outcome: OutcomeEscapes}}}}, api.ReasonOutsideRoots, "tools.read_file.roots[1]"},
+		{"resolver error fails closed", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{{Outcome: OutcomeError}}}}, api.ReasonInternalError, "tools.read_file.roots[1]"},
+		{"never requested", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/.env")}}, api.ReasonNeverListed, "tools.read_file.never[0]"},
+		{"never nested glob", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/build/x.o")}}, api.ReasonNeverListed, "tools.read_file.never[3]"},
+		{"never not nested deeper", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a/build/x.o")},
+			Resolved: [][]Resource{{ok("a/build/x.o", KindFile)}}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
+		{"never resolved", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/innocent")},
+			Resolved: [][]Resource{{ok("private/k", KindFile)}}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
+		{"never ancestor dir", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/x")},
+			Resolved: [][]Resource{{ok("private", KindDir)}}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
+		{"read dir", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/d")},
+			Resolved: [][]Resource{{ok("d", KindDir)}}}, api.ReasonNotAFile, "tools.read_file.roots[1]"},
 		// A hard link's other names cannot be checked (docs/security.md,
 		// "The third review").
-		{"hard link under never", Request{Principal: "agent", Tool: "read_file", Path: s("ws/innocent"),
-			Resolved: []Resource{linked(ok("innocent", KindFile))}}, api.ReasonUnsupportedFileType, "tools.read_file.hard_links"},
-		{"hard link without never", Request{Principal: "ci", Tool: "deploy", Path: s("ws/a"),
-			Resolved: []Resource{linked(ok("a", KindFile))}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
-		{"read fifo", Request{Principal: "agent", Tool: "read_file", Path: s("ws/f"),
-			Resolved: []Resource{ok("f", KindFIFO)}}, api.ReasonUnsupportedFileType, "tools.read_file.roots[1]"},
-		{"list file", Request{Principal: "ci", Tool: "ls", Path: s("f"),
-			Resolved: []Resource{ok("f", KindFile)}}, api.ReasonNotADirectory, "tools.ls.roots[0]"},
-		{"list base root", Request{Principal: "ci", Tool: "ls", Path: s("."),
-			Resolved: []Resource{ok(".", KindDir)}}, api.ReasonAllowed, "tools.ls.roots[0]"},
-		{"approval", Request{Principal: "ci", Tool: "deploy", Path: s("ws/a"),
-			Resolved: []Resource{ok("a", KindFile)}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
-		{"argv allowed", Request{Principal: "ci", Tool: "run", Argv: []string{"make", "lint"}}, api.ReasonAllowed, "tools.run.commands[1]"},
-		{"argv not allowed", Request{Principal: "ci", Tool: "run", Argv: []string{"make", "lint", "; rm"}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
-		{"argv prefix", Request{Principal: "ci", Tool: "run", Argv: []string{"make"}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
+		{"hard link under never", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/innocent")},
+			Resolved: [][]Resource{{linked(ok("innocent", KindFile))}}}, api.ReasonUnsupportedFileType, "tools.read_file.hard_links"},
+		{"hard link without never", Request{Principal: "ci", Tool: "deploy", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{linked(ok("a", KindFile))}}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
+		{"read fifo", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/f")},
+			Resolved: [][]Resource{{ok("f", KindFIFO)}}}, api.ReasonUnsupportedFileType, "tools.read_file.roots[1]"},
+		{"list file", Request{Principal: "ci", Tool: "ls", Args: &ListArgs{Path: s("f")},
+			Resolved: [][]Resource{{ok("f", KindFile)}}}, api.ReasonNotADirectory, "tools.ls.roots[0]"},
+		{"list base root", Request{Principal: "ci", Tool: "ls", Args: &ListArgs{Path: s(".")},
+			Resolved: [][]Resource{{ok(".", KindDir)}}}, api.ReasonAllowed, "tools.ls.roots[0]"},
+		{"approval", Request{Principal: "ci", Tool: "deploy", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{ok("a", KindFile)}}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
+		{"argv allowed", Request{Principal: "ci", Tool: "run", Args: &ExecArgs{Argv: []string{"make", "lint"}}}, api.ReasonAllowed, "tools.run.commands[1]"},
+		{"argv not allowed", Request{Principal: "ci", Tool: "run", Args: &ExecArgs{Argv: []string{"make", "lint", "; rm"}}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
+		{"argv prefix", Request{Principal: "ci", Tool: "run", Args: &ExecArgs{Argv: []string{"make"}}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
 		{"argv omitted, several", Request{Principal: "ci", Tool: "run"}, api.ReasonInvalidArgs, "tools.run.commands"},
 		{"argv omitted, one", Request{Principal: "ci", Tool: "one"}, api.ReasonAllowed, "tools.one.commands[0]"},
-		{"argv empty", Request{Principal: "ci", Tool: "one", Argv: []string{}}, api.ReasonCommandNotAllowed, "tools.one.commands"},
+		{"argv empty", Request{Principal: "ci", Tool: "one", Args: &ExecArgs{Argv: []string{}}}, api.ReasonCommandNotAllowed, "tools.one.commands"},
 	} {
 		d := Decide(m, &tc.req)
 		if d.Reason != tc.want || d.Rule != tc.rule {
@@ -288,8 +288,9 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("canonical form does not round-trip: %v", err)
 		}
 		for name := range m.Tools {
-			p := "x"
-			Decide(m, &Request{Principal: LocalPrincipal, Tool: name, Path: &p})
+			a, _ := LookupOp(m.Tools[name].Operation).ArgsFromRecord(m.Tools[name], []byte(`{"path":"x"}`))
+			r := a.Request(LocalPrincipal, name)
+			Decide(m, &r)
 		}
 	})
 }
@@ -306,8 +307,8 @@ func BenchmarkDecide(b *testing.B) {
 	sb.WriteString(`}}`)
 	m := parse(b, sb.String())
 	path := "ws/src37/pkg/module/file.py"
-	req := &Request{Principal: LocalPrincipal, Tool: "tool37", Path: &path,
-		Resolved: []Resource{{Outcome: OutcomeOK, Rel: "pkg/module/file.py", Kind: KindFile, Path: "/b/ws/src37/pkg/module/file.py"}}}
+	req := &Request{Principal: LocalPrincipal, Tool: "tool37", Args: &ReadArgs{Path: &path},
+		Resolved: [][]Resource{{{Outcome: OutcomeOK, Rel: "pkg/module/file.py", Kind: KindFile, Path: "/b/ws/src37/pkg/module/file.py"}}}}
 	b.ReportAllocs()
 	for b.Loop() {
 		if d := Decide(m, req); !d.Allowed() {

@@ -73,6 +73,18 @@ func (e *execTool) start(name string, r *sandbox.Runner, pool sandbox.PoolSize, 
 	return nil
 }
 
+// loadExec readies an execute tool when the manifest loads (opSpec.load):
+// its mounts resolved beneath the manifest's base, its spec; pools start
+// once the whole load has succeeded (loadPolicyWith).
+func loadExec(p *policy, name string, t *authz.Tool, files *policyFiles) error {
+	et, err := buildExec(name, t, p.base, p.m.BaseDir, files)
+	if err != nil {
+		return err
+	}
+	p.exec[name] = et
+	return nil
+}
+
 // buildExec resolves an execute tool's mounts beneath base (each one a
 // root fd its view serves from, never a path looked up again) and builds
 // its spec. Errors name the manifest key.

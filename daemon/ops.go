@@ -26,16 +26,24 @@ type opSpec struct {
 	// (authz.Op.Approval, from its args) what needs the kernel or the
 	// parked body: a write's diff, a delete's file, a post's body.
 	show func(ctx context.Context, d *Daemon, p *policy, pk *parked, ch *api.ApprovalChange)
+	// load, when set, readies a tool of the operation when the manifest
+	// loads (execute: its mounts resolved to fds, its spec and pool).
+	load func(p *policy, name string, t *authz.Tool, files *policyFiles) error
+	// tempName, when set, is the temp name the operation's commit of
+	// call id leaves beside each target it resolved (write): start-up
+	// recovery removes those a crash left (recover.go).
+	tempName func(callID string) string
 }
 
 var operations = map[api.Operation]*opSpec{
 	api.OpRead:   {exec: execRead},
 	api.OpList:   {exec: execList},
-	api.OpWrite:  {exec: execWrite, show: showWriteNow},
+	api.OpWrite:  {exec: execWrite, show: showWriteNow, tempName: writeTempName},
 	api.OpDelete: {exec: execDelete, show: showFileNow},
 	api.OpExecute: {
 		exec:    func(c *call, onChunk func(string, []byte)) *outcome { return c.runExec(onChunk) },
 		prepare: (*call).startCold,
+		load:    loadExec,
 	},
 	api.OpFetch: {exec: execFetch},
 	api.OpPost:  {exec: execPost, show: showBodyNow},

@@ -4,7 +4,6 @@ package daemon
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -141,6 +140,3 @@ func mustJSON(v any) []byte {
 	}
 	return b
 }
-
-// decodeB64 decodes content_b64.
-func decodeB64(s string) ([]byte, error) { return base64.StdEncoding.DecodeString(s) }

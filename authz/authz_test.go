@@ -3,6 +3,7 @@ package authz
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -313,6 +314,63 @@ func BenchmarkDecide(b *testing.B) {
 	for b.Loop() {
 		if d := Decide(m, req); !d.Allowed() {
 			b.Fatal(d.Reason)
+		}
+	}
+}
+
+// TestResolvedRecordShapes: a decision record keeps a one-target
+// operation's resolutions as the flat list every earlier record has (so
+// replay reads old ledgers), and an operation of two targets by name; a
+// URL's by its recorded form.
+func TestResolvedRecordShapes(t *testing.T) {
+	r := Resource{Root: 1, RootPath: "ws", Outcome: OutcomeOK, Rel: "a", Kind: KindFile, Path: "/b/ws/a"}
+	one := opRead.RecordResolved([][]Resource{{r}})
+	if want := mustJSON([]Resource{r}); string(one) != string(want) {
+		t.Fatalf("one target recorded as %s, want %s", one, want)
+	}
+	if got := opRead.ResolvedFromRecord(one); len(got) != 1 || len(got[0]) != 1 || !reflect.DeepEqual(got[0][0], r) {
+		t.Fatalf("one target read back as %+v", got)
+	}
+	if opRead.RecordResolved([][]Resource{nil}) != nil || opRead.RecordResolved(nil) != nil {
+		t.Fatal("nothing resolved must record nothing")
+	}
+	move := &Op{Targets: []Target{{Name: "path", Resolve: ResolveExisting}, {Name: "to", Resolve: ResolveParent}}}
+	to := Resource{Root: 0, RootPath: "ws", Outcome: OutcomeOK, Rel: "b", Kind: KindAbsent, Path: "/b/ws/b"}
+	two := move.RecordResolved([][]Resource{{r}, {to}})
+	if !strings.Contains(string(two), `"path":[`) || !strings.Contains(string(two), `"to":[`) {
+		t.Fatalf("two targets recorded as %s", two)
+	}
+	got := move.ResolvedFromRecord(two)
+	if len(got) != 2 || len(got[0]) != 1 || !reflect.DeepEqual(got[0][0], r) || len(got[1]) != 1 || !reflect.DeepEqual(got[1][0], to) {
+		t.Fatalf("two targets read back as %+v", got)
+	}
+	if got := move.ResolvedFromRecord(one); len(got) != 2 || len(got[0]) != 1 || got[1] != nil {
+		t.Fatalf("a flat record read for two targets: %+v", got)
+	}
+	u := Resource{Outcome: OutcomeOK, Path: "https://api.example/v1?key=SECRET123", Addrs: []string{"192.0.2.1"}}
+	if rec := opFetch.RecordResolved([][]Resource{{u}}); strings.Contains(string(rec), "SECRET123") {
+		t.Fatalf("a URL target's query value recorded: %s", rec)
+	}
+}
+
+// TestForeignArgsFailClosed: each operation reads only its own args
+// type; another operation's is denied internal_error, never decided as
+// if it were its own.
+func TestForeignArgsFailClosed(t *testing.T) {
+	m := parse(t, `{"schema_version":1,"tools":{
+	  "r":{"operation":"read","roots":["ws"]}, "l":{"operation":"list","roots":["ws"]},
+	  "w":{"operation":"write","roots":["ws"]}, "d":{"operation":"delete","roots":["ws"]},
+	  "x":{"operation":"execute","commands":[["true"]]},
+	  "f":{"operation":"fetch","hosts":["api.example"]}, "p":{"operation":"post","webhooks":["https://hooks.example/h"]}}}`)
+	p, u := "ws/a", "https://api.example/"
+	ok := []Resource{{Outcome: OutcomeOK, Rel: "a", Kind: KindFile, Path: "/b/ws/a"}}
+	all := map[string]OpArgs{"r": &ReadArgs{Path: &p}, "l": &ListArgs{Path: &p}, "w": &WriteArgs{Path: &p, Mode: ModeCreateOrOverwrite},
+		"d": &DeleteArgs{Path: &p}, "x": &ExecArgs{Argv: []string{"true"}}, "f": &FetchArgs{URL: &u, Method: "GET"}, "p": &PostArgs{URL: &u}}
+	for tool := range all {
+		for other, a := range all {
+			if d := Decide(m, &Request{Principal: LocalPrincipal, Tool: tool, Args: a, Resolved: [][]Resource{ok}}); other != tool && d.Reason != api.ReasonInternalError {
+				t.Errorf("tool %s with %s's args: %s (%s), want internal_error", tool, other, d.Reason, d.Rule)
+			}
 		}
 	}
 }

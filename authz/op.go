@@ -17,11 +17,13 @@ import (
 
 // Op is the pure half of one operation (docs/design.md, "One operation,
 // one unit"): the manifest keys it owns and their validators, how its args
-// decode from a request and from a ledger record, what the daemon must
-// resolve before it decides, its decision, and what /v1/tools says of it.
-// Its effectful half (prepare at load, resolve, execute, a typed result)
-// is the daemon's. Nothing else switches on the operation: adding one is
-// an op_NAME.go here, its twin in the daemon, its args in api, and docs.
+// decode into its own args type (OpArgs) from a request and from a ledger
+// record, the targets the daemon must resolve before it decides, its
+// decision, how an approver is shown it, and what /v1/tools says of it.
+// Its effectful half (prepare at load, execute, a typed result) is the
+// daemon's. Nothing else switches on the operation: adding one is an
+// op_NAME.go here and a line in ops, its twin in the daemon and a line in
+// its table, its args in api, and docs.
 type Op struct {
 	Name api.Operation
 	// Keys are the tool keys the operation takes beyond the common ones

@@ -10,11 +10,13 @@ import (
 )
 
 // opSpec is the daemon's half of one operation (docs/design.md, "One
-// operation, one unit"): its executor, beside the pure half it embeds
-// (authz.Op: keys, args decoding, what it resolves, whether it has
-// effects or streams, its decision, schema and description). Preparing at
-// load (execute's views and pools) is buildExec's; resolving is resolve's,
-// as authz.Op.Resolve says.
+// operation, one unit"), in its daemon/op_NAME.go: its executor, which
+// returns the outcome with the operation's own typed result (opResult),
+// and what it readies at load, starts early, adds to an approval, or
+// leaves for recovery; beside the pure half it embeds (authz.Op: keys,
+// its typed args, the targets it resolves, whether it has effects or
+// streams, its decision, schema and description). Resolving is resolve's,
+// over the targets authz.Op.Targets lists.
 type opSpec struct {
 	*authz.Op
 	exec func(c *call, onChunk func(stream string, data []byte)) *outcome

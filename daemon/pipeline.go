@@ -14,7 +14,6 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
-	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/sandbox"
 )
 
@@ -270,52 +269,6 @@ type opResult interface {
 	// caller's even when the call is not ok (a command's exit or signal,
 	// an HTTP status).
 	answered() bool
-}
-
-// heldTarget is what one target of a call resolved to, by root index:
-// handles on existing paths, or parents and final names.
-type heldTarget struct {
-	handles map[int]*securefs.Handle
-	parents map[int]*parentRef
-}
-
-// target is the call's target i, made when first needed.
-func (c *call) target(i int) *heldTarget {
-	for len(c.targets) <= i {
-		c.targets = append(c.targets, heldTarget{})
-	}
-	return &c.targets[i]
-}
-
-// decidedBy is the resolution that decided the call's target i.
-func (c *call) decidedBy(i int) *authz.Resource {
-	if i < len(c.dec.Targets) {
-		return c.dec.Targets[i]
-	}
-	if i == 0 {
-		return c.dec.Resource
-	}
-	return nil
-}
-
-// handle is the handle resolved for target i under the root that
-// decided it; nil when there is none.
-func (c *call) handle(i int) *securefs.Handle {
-	r := c.decidedBy(i)
-	if r == nil || i >= len(c.targets) {
-		return nil
-	}
-	return c.targets[i].handles[r.Root]
-}
-
-// parent is the parent resolved for target i under the root that
-// decided it; nil when there is none.
-func (c *call) parent(i int) *parentRef {
-	r := c.decidedBy(i)
-	if r == nil || i >= len(c.targets) {
-		return nil
-	}
-	return c.targets[i].parents[r.Root]
 }
 
 func (c *call) principalRecord() *audit.Principal {

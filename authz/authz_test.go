@@ -3,6 +3,7 @@ package authz
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -161,51 +162,51 @@ func TestDecide(t *testing.T) {
 		{"empty grant", Request{Principal: "ops", Tool: "ls"}, api.ReasonPrincipalNotAllowed, "principals.ops.tools"},
 		{"args error", Request{Principal: "ci", Tool: "ls", ArgsError: "x"}, api.ReasonInvalidArgs, "tools.ls"},
 		{"no path", Request{Principal: "ci", Tool: "ls"}, api.ReasonInvalidArgs, "tools.ls"},
-		{"absolute", Request{Principal: "ci", Tool: "ls", Path: s("/etc")}, api.ReasonInvalidPath, "tools.ls"},
-		{"outside", Request{Principal: "agent", Tool: "read_file", Path: s("other/x")}, api.ReasonOutsideRoots, "tools.read_file.roots"},
-		{"unresolved", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a")}, api.ReasonInternalError, "tools.read_file"},
-		{"allowed second root", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a"),
-			Resolved: []Resource{ok("a", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
-		{"first root wins", Request{Principal: "agent", Tool: "read_file", Path: s("ws/src/a"),
-			Resolved: []Resource{ok("a", KindFile), ok("src/a", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[0]"},
-		{"not found in one, found in other", Request{Principal: "agent", Tool: "read_file", Path: s("ws/src/a"),
-			Resolved: []Resource{{Outcome: OutcomeNotFound}, ok("src/a", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
-		{"most specific failure", Request{Principal: "agent", Tool: "read_file", Path: s("ws/src/a"),
-			Resolved: []Resource{{Outcome: OutcomeEscapes}, {Outcome: OutcomeNotFound}}}, api.ReasonNotFound, "tools.read_file.roots[1]"},
-		{"escapes", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a"),
-			Resolved: []Resource{{Outcome: OutcomeEscapes}}}, api.ReasonOutsideRoots, "tools.read_file.roots[1]"},
-		{"resolver error fails closed", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a"),
-			Resolved: []Resource{{Outcome: OutcomeError}}}, api.ReasonInternalError, "tools.read_file.roots[1]"},
-		{"never requested", Request{Principal: "agent", Tool: "read_file", Path: s("ws/.env")}, api.ReasonNeverListed, "tools.read_file.never[0]"},
-		{"never nested glob", Request{Principal: "agent", Tool: "read_file", Path: s("ws/build/x.o")}, api.ReasonNeverListed, "tools.read_file.never[3]"},
-		{"never not nested deeper", Request{Principal: "agent", Tool: "read_file", Path: s("ws/a/build/x.o"),
-			Resolved: []Resource{ok("a/build/x.o", KindFile)}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
-		{"never resolved", Request{Principal: "agent", Tool: "read_file", Path: s("ws/innocent"),
-			Resolved: []Resource{ok("private/k", KindFile)}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
-		{"never ancestor dir", Request{Principal: "agent", Tool: "read_file", Path: s("ws/x"),
-			Resolved: []Resource{ok("private", KindDir)}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
-		{"read dir", Request{Principal: "agent", Tool: "read_file", Path: s("ws/d"),
-			Resolved: []Resource{ok("d", KindDir)}}, api.ReasonNotAFile, "tools.read_file.roots[1]"},
+		{"absolute", Request{Principal: "ci", Tool: "ls", Args: &ListArgs{Path: s("/etc")}}, api.ReasonInvalidPath, "tools.ls"},
+		{"outside", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("other/x")}}, api.ReasonOutsideRoots, "tools.read_file.roots"},
+		{"unresolved", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a")}}, api.ReasonInternalError, "tools.read_file"},
+		{"allowed second root", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{ok("a", KindFile)}}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
+		{"first root wins", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/src/a")},
+			Resolved: [][]Resource{{ok("a", KindFile), ok("src/a", KindFile)}}}, api.ReasonAllowed, "tools.read_file.roots[0]"},
+		{"not found in one, found in other", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/src/a")},
+			Resolved: [][]Resource{{{Outcome: OutcomeNotFound}, ok("src/a", KindFile)}}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
+		{"most specific failure", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/src/a")},
+			Resolved: [][]Resource{{{Outcome: OutcomeEscapes}, {Outcome: OutcomeNotFound}}}}, api.ReasonNotFound, "tools.read_file.roots[1]"},
+		{"escapes", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{{Outcome: OutcomeEscapes}}}}, api.ReasonOutsideRoots, "tools.read_file.roots[1]"},
+		{"resolver error fails closed", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{{Outcome: OutcomeError}}}}, api.ReasonInternalError, "tools.read_file.roots[1]"},
+		{"never requested", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/.env")}}, api.ReasonNeverListed, "tools.read_file.never[0]"},
+		{"never nested glob", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/build/x.o")}}, api.ReasonNeverListed, "tools.read_file.never[3]"},
+		{"never not nested deeper", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/a/build/x.o")},
+			Resolved: [][]Resource{{ok("a/build/x.o", KindFile)}}}, api.ReasonAllowed, "tools.read_file.roots[1]"},
+		{"never resolved", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/innocent")},
+			Resolved: [][]Resource{{ok("private/k", KindFile)}}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
+		{"never ancestor dir", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/x")},
+			Resolved: [][]Resource{{ok("private", KindDir)}}}, api.ReasonNeverListed, "tools.read_file.never[2]"},
+		{"read dir", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/d")},
+			Resolved: [][]Resource{{ok("d", KindDir)}}}, api.ReasonNotAFile, "tools.read_file.roots[1]"},
 		// A hard link's other names cannot be checked (docs/security.md,
 		// "The third review").
-		{"hard link under never", Request{Principal: "agent", Tool: "read_file", Path: s("ws/innocent"),
-			Resolved: []Resource{linked(ok("innocent", KindFile))}}, api.ReasonUnsupportedFileType, "tools.read_file.hard_links"},
-		{"hard link without never", Request{Principal: "ci", Tool: "deploy", Path: s("ws/a"),
-			Resolved: []Resource{linked(ok("a", KindFile))}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
-		{"read fifo", Request{Principal: "agent", Tool: "read_file", Path: s("ws/f"),
-			Resolved: []Resource{ok("f", KindFIFO)}}, api.ReasonUnsupportedFileType, "tools.read_file.roots[1]"},
-		{"list file", Request{Principal: "ci", Tool: "ls", Path: s("f"),
-			Resolved: []Resource{ok("f", KindFile)}}, api.ReasonNotADirectory, "tools.ls.roots[0]"},
-		{"list base root", Request{Principal: "ci", Tool: "ls", Path: s("."),
-			Resolved: []Resource{ok(".", KindDir)}}, api.ReasonAllowed, "tools.ls.roots[0]"},
-		{"approval", Request{Principal: "ci", Tool: "deploy", Path: s("ws/a"),
-			Resolved: []Resource{ok("a", KindFile)}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
-		{"argv allowed", Request{Principal: "ci", Tool: "run", Argv: []string{"make", "lint"}}, api.ReasonAllowed, "tools.run.commands[1]"},
-		{"argv not allowed", Request{Principal: "ci", Tool: "run", Argv: []string{"make", "lint", "; rm"}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
-		{"argv prefix", Request{Principal: "ci", Tool: "run", Argv: []string{"make"}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
+		{"hard link under never", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/innocent")},
+			Resolved: [][]Resource{{linked(ok("innocent", KindFile))}}}, api.ReasonUnsupportedFileType, "tools.read_file.hard_links"},
+		{"hard link without never", Request{Principal: "ci", Tool: "deploy", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{linked(ok("a", KindFile))}}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
+		{"read fifo", Request{Principal: "agent", Tool: "read_file", Args: &ReadArgs{Path: s("ws/f")},
+			Resolved: [][]Resource{{ok("f", KindFIFO)}}}, api.ReasonUnsupportedFileType, "tools.read_file.roots[1]"},
+		{"list file", Request{Principal: "ci", Tool: "ls", Args: &ListArgs{Path: s("f")},
+			Resolved: [][]Resource{{ok("f", KindFile)}}}, api.ReasonNotADirectory, "tools.ls.roots[0]"},
+		{"list base root", Request{Principal: "ci", Tool: "ls", Args: &ListArgs{Path: s(".")},
+			Resolved: [][]Resource{{ok(".", KindDir)}}}, api.ReasonAllowed, "tools.ls.roots[0]"},
+		{"approval", Request{Principal: "ci", Tool: "deploy", Args: &ReadArgs{Path: s("ws/a")},
+			Resolved: [][]Resource{{ok("a", KindFile)}}}, api.ReasonApprovalRequired, "tools.deploy.approval"},
+		{"argv allowed", Request{Principal: "ci", Tool: "run", Args: &ExecArgs{Argv: []string{"make", "lint"}}}, api.ReasonAllowed, "tools.run.commands[1]"},
+		{"argv not allowed", Request{Principal: "ci", Tool: "run", Args: &ExecArgs{Argv: []string{"make", "lint", "; rm"}}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
+		{"argv prefix", Request{Principal: "ci", Tool: "run", Args: &ExecArgs{Argv: []string{"make"}}}, api.ReasonCommandNotAllowed, "tools.run.commands"},
 		{"argv omitted, several", Request{Principal: "ci", Tool: "run"}, api.ReasonInvalidArgs, "tools.run.commands"},
 		{"argv omitted, one", Request{Principal: "ci", Tool: "one"}, api.ReasonAllowed, "tools.one.commands[0]"},
-		{"argv empty", Request{Principal: "ci", Tool: "one", Argv: []string{}}, api.ReasonCommandNotAllowed, "tools.one.commands"},
+		{"argv empty", Request{Principal: "ci", Tool: "one", Args: &ExecArgs{Argv: []string{}}}, api.ReasonCommandNotAllowed, "tools.one.commands"},
 	} {
 		d := Decide(m, &tc.req)
 		if d.Reason != tc.want || d.Rule != tc.rule {
@@ -288,8 +289,9 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("canonical form does not round-trip: %v", err)
 		}
 		for name := range m.Tools {
-			p := "x"
-			Decide(m, &Request{Principal: LocalPrincipal, Tool: name, Path: &p})
+			a, _ := LookupOp(m.Tools[name].Operation).ArgsFromRecord(m.Tools[name], []byte(`{"path":"x"}`))
+			r := a.Request(LocalPrincipal, name)
+			Decide(m, &r)
 		}
 	})
 }
@@ -306,12 +308,69 @@ func BenchmarkDecide(b *testing.B) {
 	sb.WriteString(`}}`)
 	m := parse(b, sb.String())
 	path := "ws/src37/pkg/module/file.py"
-	req := &Request{Principal: LocalPrincipal, Tool: "tool37", Path: &path,
-		Resolved: []Resource{{Outcome: OutcomeOK, Rel: "pkg/module/file.py", Kind: KindFile, Path: "/b/ws/src37/pkg/module/file.py"}}}
+	req := &Request{Principal: LocalPrincipal, Tool: "tool37", Args: &ReadArgs{Path: &path},
+		Resolved: [][]Resource{{{Outcome: OutcomeOK, Rel: "pkg/module/file.py", Kind: KindFile, Path: "/b/ws/src37/pkg/module/file.py"}}}}
 	b.ReportAllocs()
 	for b.Loop() {
 		if d := Decide(m, req); !d.Allowed() {
 			b.Fatal(d.Reason)
+		}
+	}
+}
+
+// TestResolvedRecordShapes: a decision record keeps a one-target
+// operation's resolutions as the flat list every earlier record has (so
+// replay reads old ledgers), and an operation of two targets by name; a
+// URL's by its recorded form.
+func TestResolvedRecordShapes(t *testing.T) {
+	r := Resource{Root: 1, RootPath: "ws", Outcome: OutcomeOK, Rel: "a", Kind: KindFile, Path: "/b/ws/a"}
+	one := opRead.RecordResolved([][]Resource{{r}})
+	if want := mustJSON([]Resource{r}); string(one) != string(want) {
+		t.Fatalf("one target recorded as %s, want %s", one, want)
+	}
+	if got := opRead.ResolvedFromRecord(one); len(got) != 1 || len(got[0]) != 1 || !reflect.DeepEqual(got[0][0], r) {
+		t.Fatalf("one target read back as %+v", got)
+	}
+	if opRead.RecordResolved([][]Resource{nil}) != nil || opRead.RecordResolved(nil) != nil {
+		t.Fatal("nothing resolved must record nothing")
+	}
+	move := &Op{Targets: []Target{{Name: "path", Resolve: ResolveExisting}, {Name: "to", Resolve: ResolveParent}}}
+	to := Resource{Root: 0, RootPath: "ws", Outcome: OutcomeOK, Rel: "b", Kind: KindAbsent, Path: "/b/ws/b"}
+	two := move.RecordResolved([][]Resource{{r}, {to}})
+	if !strings.Contains(string(two), `"path":[`) || !strings.Contains(string(two), `"to":[`) {
+		t.Fatalf("two targets recorded as %s", two)
+	}
+	got := move.ResolvedFromRecord(two)
+	if len(got) != 2 || len(got[0]) != 1 || !reflect.DeepEqual(got[0][0], r) || len(got[1]) != 1 || !reflect.DeepEqual(got[1][0], to) {
+		t.Fatalf("two targets read back as %+v", got)
+	}
+	if got := move.ResolvedFromRecord(one); len(got) != 2 || len(got[0]) != 1 || got[1] != nil {
+		t.Fatalf("a flat record read for two targets: %+v", got)
+	}
+	u := Resource{Outcome: OutcomeOK, Path: "https://api.example/v1?key=SECRET123", Addrs: []string{"192.0.2.1"}}
+	if rec := opFetch.RecordResolved([][]Resource{{u}}); strings.Contains(string(rec), "SECRET123") {
+		t.Fatalf("a URL target's query value recorded: %s", rec)
+	}
+}
+
+// TestForeignArgsFailClosed: each operation reads only its own args
+// type; another operation's is denied internal_error, never decided as
+// if it were its own.
+func TestForeignArgsFailClosed(t *testing.T) {
+	m := parse(t, `{"schema_version":1,"tools":{
+	  "r":{"operation":"read","roots":["ws"]}, "l":{"operation":"list","roots":["ws"]},
+	  "w":{"operation":"write","roots":["ws"]}, "d":{"operation":"delete","roots":["ws"]},
+	  "x":{"operation":"execute","commands":[["true"]]},
+	  "f":{"operation":"fetch","hosts":["api.example"]}, "p":{"operation":"post","webhooks":["https://hooks.example/h"]}}}`)
+	p, u := "ws/a", "https://api.example/"
+	ok := []Resource{{Outcome: OutcomeOK, Rel: "a", Kind: KindFile, Path: "/b/ws/a"}}
+	all := map[string]OpArgs{"r": &ReadArgs{Path: &p}, "l": &ListArgs{Path: &p}, "w": &WriteArgs{Path: &p, Mode: ModeCreateOrOverwrite},
+		"d": &DeleteArgs{Path: &p}, "x": &ExecArgs{Argv: []string{"true"}}, "f": &FetchArgs{URL: &u, Method: "GET"}, "p": &PostArgs{URL: &u}}
+	for tool := range all {
+		for other, a := range all {
+			if d := Decide(m, &Request{Principal: LocalPrincipal, Tool: tool, Args: a, Resolved: [][]Resource{ok}}); other != tool && d.Reason != api.ReasonInternalError {
+				t.Errorf("tool %s with %s's args: %s (%s), want internal_error", tool, other, d.Reason, d.Rule)
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 
@@ -248,31 +249,90 @@ type Resource struct {
 	Addrs []string `json:"addrs,omitempty"`
 }
 
-// Request is an already-parsed, already-resolved call.
+// Request is an already-parsed, already-resolved call: what is common to
+// every operation, the operation's own typed args, and what its targets
+// resolved to.
 type Request struct {
 	Principal string // "" for a peer that maps to no principal
 	Tool      string
-	// Path is args.path for file tools; nil when absent.
-	Path *string
-	// Argv is args.argv for execute tools; nil when absent.
-	Argv []string
+	// Args are the operation's typed args (*ReadArgs, *WriteArgs, …);
+	// nil when the tool is unknown. Only the operation's own file looks
+	// inside: a type that is not its own is denied internal_error.
+	Args OpArgs
 	// ArgsError is set when the args fit the schema's types but not its
 	// rules (a required key missing, both content forms given).
 	ArgsError string
-	// Mode is a write's mode (create, overwrite, create_or_overwrite).
-	Mode api.WriteMode
-	// ContentBytes is a write's content length, capped by max_bytes.
-	ContentBytes int64
-	// URL is a fetch's or post's args.url; Headers a fetch's request
-	// headers; BodyBytes a post's body length.
-	URL       *string
-	Headers   map[string]string
-	BodyBytes int64
 	// Approved: an approver approved this very call (after it was
 	// pending). It is decided again, and approval no longer holds it.
 	Approved bool
-	// Resolved holds one outcome per RootMatch of Path, in the same order.
-	Resolved []Resource
+	// Resolved holds one list per target the operation declares
+	// (Op.Targets, in order): for a path, one outcome per RootMatch of
+	// it, in the same order; for a URL, its one lookup.
+	Resolved [][]Resource
+}
+
+// target is what the request's target i resolved to (nil: nothing).
+func (r *Request) target(i int) []Resource {
+	if i < len(r.Resolved) {
+		return r.Resolved[i]
+	}
+	return nil
+}
+
+// RecordResolved is what a decision record keeps of res, resolved for
+// operation o's targets ("resolved"): for an operation of one target the
+// list of its resolutions, as every record has kept it; for several, an
+// object of them by target name. A URL's resolution keeps its query
+// values by digest (RecordURL), like the args.
+func (o *Op) RecordResolved(res [][]Resource) json.RawMessage {
+	var n int
+	for _, r := range res {
+		n += len(r)
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([][]Resource, len(res))
+	for i, r := range res {
+		out[i] = r
+		if i < len(o.Targets) && o.Targets[i].Resolve == ResolveNet {
+			out[i] = slices.Clone(r)
+			for j := range out[i] {
+				out[i][j].Path = RecordURL(out[i][j].Path)
+			}
+		}
+	}
+	if len(o.Targets) <= 1 {
+		return mustJSON(out[0])
+	}
+	byName := make(map[string][]Resource, len(o.Targets))
+	for i, tg := range o.Targets {
+		if i < len(out) && len(out[i]) > 0 {
+			byName[tg.Name] = out[i]
+		}
+	}
+	return mustJSON(byName)
+}
+
+// ResolvedFromRecord reads back what RecordResolved kept: one list per
+// target of o, in order (nil where none was recorded).
+func (o *Op) ResolvedFromRecord(rec json.RawMessage) [][]Resource {
+	out := make([][]Resource, max(len(o.Targets), 1))
+	if len(rec) == 0 {
+		return out
+	}
+	var flat []Resource
+	if json.Unmarshal(rec, &flat) == nil {
+		out[0] = flat
+		return out
+	}
+	var byName map[string][]Resource
+	if json.Unmarshal(rec, &byName) == nil {
+		for i, tg := range o.Targets {
+			out[i] = byName[tg.Name]
+		}
+	}
+	return out
 }
 
 // Decision is the outcome of Decide. The zero value denies.
@@ -282,6 +342,10 @@ type Decision struct {
 	Reason   api.Reason
 	Rule     string
 	Resource *Resource // the resource that decided, when one did
+	// Targets is, for an operation of several targets, the resolution
+	// that decided each, in the order of Op.Targets (Resource is the
+	// first's); nil for one of one target, whose Resource it is.
+	Targets []*Resource
 }
 
 // Allowed reports whether the call may run now.
@@ -352,17 +416,17 @@ func Decide(m *Manifest, req *Request) Decision {
 // decidePath decides a file tool's call: the path's lexical checks, the
 // roots it lies under, never (as requested and as resolved), then kind
 // (the operation's check of what the kernel resolved).
-func decidePath(ix *toolIndex, req *Request, kind func(api.Kind, string) Decision) Decision {
+func decidePath(ix *toolIndex, path *string, resolved []Resource, kind func(api.Kind, string) Decision) Decision {
 	tkey := ix.key
-	if req.Path == nil {
+	if path == nil {
 		return deny(api.ReasonInvalidArgs, tkey)
 	}
-	if r := CheckPath(*req.Path); r != "" {
+	if r := CheckPath(*path); r != "" {
 		return deny(r, tkey)
 	}
 	var compBuf [32]string
 	var matchBuf [8]RootMatch
-	matches := matchRoots(matchBuf[:0], ix, splitPath(*req.Path, compBuf[:0]))
+	matches := matchRoots(matchBuf[:0], ix, splitPath(*path, compBuf[:0]))
 	if len(matches) == 0 {
 		return deny(api.ReasonOutsideRoots, tkey+".roots")
 	}
@@ -373,7 +437,7 @@ func decidePath(ix *toolIndex, req *Request, kind func(api.Kind, string) Decisio
 			return deny(api.ReasonNeverListed, ix.neverKeys[gi])
 		}
 	}
-	if len(req.Resolved) != len(matches) {
+	if len(resolved) != len(matches) {
 		// The caller did not resolve what it had to: fail closed.
 		return deny(api.ReasonInternalError, tkey)
 	}
@@ -381,8 +445,8 @@ func decidePath(ix *toolIndex, req *Request, kind func(api.Kind, string) Decisio
 	// specific failure among roots the path lay under.
 	var best Decision
 	bestRank := -1
-	for i := range req.Resolved {
-		res := &req.Resolved[i]
+	for i := range resolved {
+		res := &resolved[i]
 		rootKey := ix.rootKeys[matches[i].Index]
 		if res.Outcome != OutcomeOK {
 			d, rank := outcomeDenial(res.Outcome, rootKey)
@@ -539,4 +603,18 @@ func globMatch(pat []namePat, comps, folds, keys []string) bool {
 		pat, comps, folds, keys = pat[1:], comps[1:], folds[1:], keys[1:]
 	}
 	return len(comps) == 0
+}
+
+// argsOf is req's args as the operation whose args are an *A: the zero
+// args when the request has none (the decision then says what is
+// missing), ok false when they are another operation's (fail closed).
+func argsOf[A any, P interface {
+	*A
+	OpArgs
+}](req *Request) (P, bool) {
+	if req.Args == nil {
+		return P(new(A)), true
+	}
+	a, ok := req.Args.(P)
+	return a, ok && a != nil
 }

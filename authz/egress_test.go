@@ -100,8 +100,12 @@ func TestArgsRecordBounded(t *testing.T) {
 		if ok != c.decidable {
 			t.Errorf("%.80s: re-decidable %v, want %v", c.args, ok, c.decidable)
 		}
-		if ok && b.URL != nil && *b.URL != c.url {
-			t.Errorf("%.80s: replay decides on %q, want %q", c.args, *b.URL, c.url)
+		var u *string
+		if len(o.Targets) > 0 {
+			u = o.Targets[0].Value(b.Value)
+		}
+		if ok && u != nil && *u != c.url {
+			t.Errorf("%.80s: replay decides on %q, want %q", c.args, *u, c.url)
 		}
 	}
 }

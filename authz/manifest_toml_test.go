@@ -136,142 +136,19 @@ func TestExampleCapabilities(t *testing.T) {
 		req  Request
 		want api.Reason
 	}{
-		{Request{Principal: "local", Tool: "http_fetch", URL: s("https://api.github.com/repos/x/y"),
-			Resolved: []Resource{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.6"}}}}, api.ReasonAllowed},
-		{Request{Principal: "local", Tool: "http_fetch", URL: s("https://api.github.com.evil.example/")}, api.ReasonEgressDenied},
-		{Request{Principal: "local", Tool: "http_fetch", URL: s("https://api.github.com/"),
-			Resolved: []Resource{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.6", "127.0.0.1"}}}}, api.ReasonEgressDenied},
-		{Request{Principal: "local", Tool: "notify", URL: s("https://hooks.internal.example/ci"),
-			Resolved: []Resource{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.7"}}}}, api.ReasonApprovalRequired},
-		{Request{Principal: "local", Tool: "notify", URL: s("https://evil.example/ci")}, api.ReasonEgressDenied},
-		{Request{Principal: "local", Tool: "fs_read", Path: s("workspace/.env")}, api.ReasonNeverListed},
+		{Request{Principal: "local", Tool: "http_fetch", Args: &FetchArgs{URL: s("https://api.github.com/repos/x/y")},
+			Resolved: [][]Resource{{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.6"}}}}}, api.ReasonAllowed},
+		{Request{Principal: "local", Tool: "http_fetch", Args: &FetchArgs{URL: s("https://api.github.com.evil.example/")}}, api.ReasonEgressDenied},
+		{Request{Principal: "local", Tool: "http_fetch", Args: &FetchArgs{URL: s("https://api.github.com/")},
+			Resolved: [][]Resource{{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.6", "127.0.0.1"}}}}}, api.ReasonEgressDenied},
+		{Request{Principal: "local", Tool: "notify", Args: &PostArgs{URL: s("https://hooks.internal.example/ci")},
+			Resolved: [][]Resource{{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.7"}}}}}, api.ReasonApprovalRequired},
+		{Request{Principal: "local", Tool: "notify", Args: &PostArgs{URL: s("https://evil.example/ci")}}, api.ReasonEgressDenied},
+		{Request{Principal: "local", Tool: "fs_read", Args: &ReadArgs{Path: s("workspace/.env")}}, api.ReasonNeverListed},
 	} {
 		if d := Decide(m, &c.req); d.Reason != c.want {
-			t.Errorf("%s %s: %s (%s), want %s", c.req.Tool, *firstOf(c.req.URL, c.req.Path), d.Reason, d.Rule, c.want)
+			t.Errorf("%s %s: %s (%s), want %s", c.req.Tool, c.req.Args.Subject(), d.Reason, d.Rule, c.want)
 		}
-	}
-}
-
-func firstOf(a, b *string) *string {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// TestTOMLKeysSpelledExactly: a TOML manifest is refused wherever its
-// JSON twin is, naming the same key: every key at every depth must be
-// spelled exactly as documented, and an empty array or table is kept, not
-// read as absent. The old decoder matched struct fields ignoring case, so
-// a case variant given after the real key silently won — an agent got
-// every tool and approver rights, read .env, wrote without approval
-// (docs/security.md, "The third review").
-func TestTOMLKeysSpelledExactly(t *testing.T) {
-	const read = "[tools.r]\noperation = 'read'\nroots = ['a']\n"
-	const readJSON = `"r":{"operation":"read","roots":["a"]}`
-	const fetch = "[tools.f]\noperation = 'fetch'\nhosts = ['example.com']\n"
-	const fetchJSON = `"f":{"operation":"fetch","hosts":["example.com"]`
-	for _, c := range []struct{ name, toml, json, key string }{
-		{"principal's Tools after tools, and APPROVER",
-			"schema_version = 1\n[principals.agent]\nuids = [1000]\ntools = ['r']\nTools = ['*']\nAPPROVER = true\n" + read + "[tools.w]\noperation = 'write'\nroots = ['a']\napproval = 'human'\n",
-			`{"schema_version":1,"principals":{"agent":{"APPROVER":true,"Tools":["*"],"tools":["r"],"uids":[1000]}},"tools":{` + readJSON + `,"w":{"operation":"write","roots":["a"],"approval":"human"}}}`,
-			"principals.agent.APPROVER"},
-		{"principal's Tools after tools",
-			"schema_version = 1\n[principals.agent]\nuids = [1000]\ntools = ['r']\nTools = ['*']\n" + read,
-			`{"schema_version":1,"principals":{"agent":{"uids":[1000],"tools":["r"],"Tools":["*"]}},"tools":{` + readJSON + `}}`,
-			"principals.agent.Tools"},
-		{"APPROVER alone",
-			"schema_version = 1\n[principals.agent]\nuids = [1000]\ntools = ['r']\nAPPROVER = true\n" + read,
-			`{"schema_version":1,"principals":{"agent":{"uids":[1000],"tools":["r"],"APPROVER":true}},"tools":{` + readJSON + `}}`,
-			"principals.agent.APPROVER"},
-		{"NEVER after never",
-			"schema_version = 1\n" + read + "never = ['.env']\nNEVER = []\n",
-			`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"never":[".env"],"NEVER":[]}}}`,
-			"tools.r.NEVER"},
-		{"Approval after approval",
-			"schema_version = 1\n[tools.w]\noperation = 'write'\nroots = ['a']\napproval = 'human'\nApproval = 'none'\n",
-			`{"schema_version":1,"tools":{"w":{"operation":"write","roots":["a"],"approval":"human","Approval":"none"}}}`,
-			"tools.w.Approval"},
-		{"Insecure_Allow_Private alone",
-			"schema_version = 1\n" + fetch + "Insecure_Allow_Private = true\n",
-			`{"schema_version":1,"tools":{` + fetchJSON + `,"Insecure_Allow_Private":true}}}`,
-			"tools.f.Insecure_Allow_Private"},
-		{"schemes = [] is not the default",
-			"schema_version = 1\n" + fetch + "schemes = []\n",
-			`{"schema_version":1,"tools":{` + fetchJSON + `,"schemes":[]}}}`,
-			"tools.f"},
-		{"an empty principals table is not absent",
-			"schema_version = 1\n[principals]\n" + read,
-			`{"schema_version":1,"principals":{},"tools":{` + readJSON + `}}`,
-			"principals"},
-		{"Tools table beside tools",
-			"schema_version = 1\n" + read + "[Tools.r]\noperation = 'read'\nroots = ['/']\n",
-			`{"schema_version":1,"tools":{` + readJSON + `},"Tools":{"r":{"operation":"read","roots":["/"]}}}`,
-			"Tools"},
-		{"Base after base",
-			"schema_version = 1\nbase = '/srv/ws'\nBase = '/'\n" + read,
-			`{"schema_version":1,"base":"/srv/ws","Base":"/","tools":{` + readJSON + `}}`,
-			"Base"},
-		{"Schema_Version beside schema_version",
-			"schema_version = 1\nSchema_Version = 2\n" + read,
-			`{"schema_version":1,"Schema_Version":2,"tools":{` + readJSON + `}}`,
-			"Schema_Version"},
-		{"Principals table",
-			"schema_version = 1\n[Principals.agent]\nuids = [1000]\ntools = ['*']\n" + read,
-			`{"schema_version":1,"Principals":{"agent":{"uids":[1000],"tools":["*"]}},"tools":{` + readJSON + `}}`,
-			"Principals"},
-		{"UIDS in a principal",
-			"schema_version = 1\n[principals.agent]\nuids = [1000]\nUIDS = [0]\ntools = ['r']\n" + read,
-			`{"schema_version":1,"principals":{"agent":{"uids":[1000],"UIDS":[0],"tools":["r"]}},"tools":{` + readJSON + `}}`,
-			"principals.agent.UIDS"},
-		{"Roots as a dotted key",
-			"schema_version = 1\ntools.x.operation = 'read'\ntools.x.roots = ['a']\ntools.x.Roots = ['/']\n",
-			`{"schema_version":1,"tools":{"x":{"operation":"read","roots":["a"],"Roots":["/"]}}}`,
-			"tools.x.Roots"},
-		{"Operation in an inline table",
-			"schema_version = 1\ntools = { r = { operation = 'read', Operation = 'write', roots = ['a'] } }\n",
-			`{"schema_version":1,"tools":{"r":{"operation":"read","Operation":"write","roots":["a"]}}}`,
-			"tools.r.Operation"},
-		{"Max_Bytes",
-			"schema_version = 1\n" + read + "max_bytes = 10\nMax_Bytes = 67108864\n",
-			`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":10,"Max_Bytes":67108864}}}`,
-			"tools.r.Max_Bytes"},
-		{"egress Hosts",
-			"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['pip']]\n[tools.x.egress]\nhosts = ['pypi.org']\nHosts = ['*']\n",
-			`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["pip"]],"egress":{"hosts":["pypi.org"],"Hosts":["*"]}}}}`,
-			"tools.x.egress.Hosts"},
-		{"egress Insecure_Allow_Private",
-			"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['pip']]\negress = { hosts = ['pypi.org'], Insecure_Allow_Private = true }\n",
-			`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["pip"]],"egress":{"hosts":["pypi.org"],"Insecure_Allow_Private":true}}}}`,
-			"tools.x.egress.Insecure_Allow_Private"},
-		{"an empty egress table is not absent",
-			"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['pip']]\n[tools.x.egress]\n",
-			`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["pip"]],"egress":{}}}}`,
-			"tools.x.egress.hosts"},
-		{"Mounts",
-			"schema_version = 1\n[tools.x]\noperation = 'execute'\ncommands = [['ls']]\nmounts = ['a']\nMounts = ['etc']\n",
-			`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["ls"]],"mounts":["a"],"Mounts":["etc"]}}}`,
-			"tools.x.Mounts"},
-		{"a float where an integer goes",
-			"schema_version = 1\n" + read + "max_bytes = 1.0\n",
-			`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":1.0}}}`,
-			"tools.r.max_bytes"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			_, jerr := Parse(strings.NewReader(c.json), "/base")
-			var je *ManifestError
-			if !errors.As(jerr, &je) || je.Key != c.key {
-				t.Fatalf("JSON twin: %v, want refused at %s", jerr, c.key)
-			}
-			m, err := ParseTOML(strings.NewReader(c.toml), "/base")
-			var te *ManifestError
-			if !errors.As(err, &te) || te.Key != c.key {
-				if m != nil {
-					t.Fatalf("TOML accepted as %s, want refused at %s as its JSON twin is (%v)", m.Canonical, c.key, jerr)
-				}
-				t.Fatalf("TOML: %v, want refused at %s as its JSON twin is (%v)", err, c.key, jerr)
-			}
-		})
 	}
 }
 

@@ -5,29 +5,39 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/strictjson"
 )
 
 // Op is the pure half of one operation (docs/design.md, "One operation,
 // one unit"): the manifest keys it owns and their validators, how its args
-// decode from a request and from a ledger record, what the daemon must
-// resolve before it decides, its decision, and what /v1/tools says of it.
-// Its effectful half (prepare at load, resolve, execute, a typed result)
-// is the daemon's. Nothing else switches on the operation: adding one is
-// an op_NAME.go here, its twin in the daemon, its args in api, and docs.
+// decode into its own args type (OpArgs) from a request and from a ledger
+// record, the targets the daemon must resolve before it decides, its
+// decision, how an approver is shown it, and what /v1/tools says of it.
+// Its effectful half (prepare at load, execute, a typed result) is the
+// daemon's. Nothing else switches on the operation: adding one is an
+// op_NAME.go here and a line in ops, its twin in the daemon and a line in
+// its table, its args in api, and docs.
 type Op struct {
 	Name api.Operation
 	// Keys are the tool keys the operation takes beyond the common ones
 	// (description, max_bytes, approval, approval_timeout_ms, never); a
 	// key another operation owns is refused on its tools.
 	Keys []string
-	// Resolve is what the daemon resolves before the decision.
-	Resolve Resolve
+	// Targets are what the daemon resolves before the decision, in
+	// order: each an arg of the call that names something (a path, a
+	// URL) and how the kernel or the resolver is asked about it. The
+	// request carries one list of resolutions per target (Request.
+	// Resolved), so an operation of two paths (a move's "path" and "to")
+	// fits as one of one does. An operation without targets (execute:
+	// its mounts were resolved at load) resolves nothing.
+	Targets []Target
 	// Effects: the decision is durable before the effect starts.
 	Effects bool
 	// Streams: output events may leave before the result record is
@@ -52,18 +62,86 @@ type Op struct {
 	// say (a write's new digest, a post's URL and body digest); the
 	// daemon's half adds what needs the kernel or the parked body (the
 	// file as it is now, a diff, the body itself).
-	show func(t *Tool, a *Args, ch *api.ApprovalChange)
+	show func(t *Tool, a OpArgs, ch *api.ApprovalChange)
+	// net authorizes a network target's URL under the tool's policy
+	// (fetch: its hosts; post: its webhooks), for the one lookup.
+	net func(p *netpolicy.Policy, unsafeURL string) (*netpolicy.Target, netpolicy.Rule, error)
 }
 
-// Resolve says what a path-taking operation needs from the kernel.
+// OpArgs are one operation's typed args (ReadArgs, WriteArgs, FetchArgs,
+// …): each operation owns its type, and only its own file looks inside.
+type OpArgs interface {
+	// Subject names what the call is about, for reports (replay): a
+	// path, an argv, a URL as recorded.
+	Subject() string
+}
+
+// Resolve says how a target is resolved before the decision.
 type Resolve int
 
 const (
-	ResolveNone     Resolve = iota // execute: mounts were resolved at load
-	ResolveExisting                // read, list: the path must exist
-	ResolveParent                  // write, delete: the parent dir and a final name
-	ResolveNet                     // fetch, post: the URL's host, looked up once
+	_               Resolve = iota
+	ResolveExisting         // the path must exist (read, list): a handle on it
+	ResolveParent           // the parent dir and a final name, not followed (write, delete)
+	ResolveNet              // a URL's host, looked up once (fetch, post)
 )
+
+// Target is one thing an operation resolves before its decision: the arg
+// that names it and how it is resolved.
+type Target struct {
+	// Name is the arg that names it ("path", "to", "url"); a ledger
+	// record of an operation of several targets keys their resolutions
+	// by it.
+	Name    string
+	Resolve Resolve
+	// of is the target's value in the operation's args; nil when absent.
+	of func(OpArgs) *string
+}
+
+// Value is the target's value in a, or nil (absent, or not this
+// operation's args).
+func (tg *Target) Value(a OpArgs) *string {
+	if a == nil || tg.of == nil {
+		return nil
+	}
+	return tg.of(a)
+}
+
+// WritesRoots says whether the operation changes files beneath its roots
+// (a target resolved as a parent and a final name: write, delete).
+func (o *Op) WritesRoots() bool {
+	for i := range o.Targets {
+		if o.Targets[i].Resolve == ResolveParent {
+			return true
+		}
+	}
+	return false
+}
+
+// Network says whether the operation reaches the network itself (a URL
+// target: fetch, post).
+func (o *Op) Network() bool {
+	for i := range o.Targets {
+		if o.Targets[i].Resolve == ResolveNet {
+			return true
+		}
+	}
+	return false
+}
+
+// AuthorizeNet checks a network target's URL under t's policy, as the
+// decision will, before the daemon looks its host up: a refused URL
+// costs no lookup.
+func (o *Op) AuthorizeNet(t *Tool, unsafeURL string) (*netpolicy.Target, error) {
+	p := t.NetPolicy()
+	if p == nil || o.net == nil {
+		return nil, errNoNet
+	}
+	tgt, _, err := o.net(p, unsafeURL)
+	return tgt, err
+}
+
+var errNoNet = errors.New("not a network operation")
 
 // ops is the one table of operations, in the order messages name them.
 var ops = []*Op{&opRead, &opList, &opWrite, &opDelete, &opExecute, &opFetch, &opPost}
@@ -87,27 +165,11 @@ func operationList() string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// Args are a call's args as its operation decoded them.
+// Args are a call's args as its operation decoded them: what is common
+// to every operation, and the operation's own typed args behind OpArgs.
 type Args struct {
-	// Path is args.path of file tools; nil when absent.
-	Path *string
-	// Argv is args.argv of execute tools; nil when absent.
-	Argv []string
-	// Mode is a write's mode (create, overwrite, create_or_overwrite).
-	Mode api.WriteMode
-	// Content is a write's body; ContentBytes its length (what the
-	// decision sees, as replay does: the ledger keeps only the length).
-	Content      []byte
-	ContentBytes int64
-	// IfMatch is a write's or delete's precondition.
-	IfMatch string
-	// URL, Method and Headers are a fetch's; URL and Body a post's
-	// (BodyBytes its length, what the decision and replay see).
-	URL       *string
-	Method    string
-	Headers   map[string]string
-	Body      []byte
-	BodyBytes int64
+	// Value is the operation's typed args (*ReadArgs, *WriteArgs, …).
+	Value OpArgs
 	// Bound is what an approval of the call binds it to: a write's
 	// content, a post's body (the approver saw it; the approved call must
 	// carry the same bytes). Nil when the operation binds none.
@@ -122,9 +184,7 @@ type Args struct {
 // Request is the request Decide sees for these args: what the decision
 // depends on (the body and the precondition do not).
 func (a *Args) Request(principal, tool string) Request {
-	return Request{Principal: principal, Tool: tool, Path: a.Path, Argv: a.Argv,
-		ArgsError: a.Invalid, Mode: a.Mode, ContentBytes: a.ContentBytes,
-		URL: a.URL, Headers: a.Headers, BodyBytes: a.BodyBytes}
+	return Request{Principal: principal, Tool: tool, Args: a.Value, ArgsError: a.Invalid}
 }
 
 // TypeError is args that do not fit their schema's types: the caller's
@@ -165,20 +225,39 @@ func (o *Op) ArgsFromRecord(t *Tool, rec []byte) (a Args, ok bool) {
 // say; every client renders it without knowing the operation.
 func (o *Op) Approval(t *Tool, a *Args) *api.ApprovalChange {
 	ch := &api.ApprovalChange{Kind: o.Name}
-	if o.show != nil {
-		o.show(t, a, ch)
+	if o.show != nil && a.Value != nil {
+		o.show(t, a.Value, ch)
 	}
 	return ch
 }
 
 // showPath is a file tool's approval: its path, and its precondition.
-func showPath(_ *Tool, a *Args, ch *api.ApprovalChange) {
-	if a.Path != nil {
-		ch.Summary = append(ch.Summary, api.ChangeField{Label: "path", Value: *a.Path})
+func showPath(ch *api.ApprovalChange, path *string, ifMatch string) {
+	if path != nil {
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "path", Value: *path})
 	}
-	if a.IfMatch != "" {
-		ch.Summary = append(ch.Summary, api.ChangeField{Label: "if_match", Value: a.IfMatch})
+	if ifMatch != "" {
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "if_match", Value: ifMatch})
 	}
+}
+
+// pathTarget is the one "path" target of a file operation whose args
+// name it by path(a).
+func pathTarget[A OpArgs](how Resolve, path func(A) *string) []Target {
+	return []Target{{Name: "path", Resolve: how, of: func(a OpArgs) *string {
+		if v, ok := a.(A); ok {
+			return path(v)
+		}
+		return nil
+	}}}
+}
+
+// derefOr is *p, or "" when p is nil.
+func derefOr(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // Schema is the JSON Schema of t's args, for /v1/tools.
@@ -279,31 +358,29 @@ func exampleUnder(t *Tool) string {
 	return r + "/file.txt"
 }
 
-// pathArgs decodes {"path"} args (read, list): the recorded form is the
+// decodePath decodes {"path"} args (read, list): the recorded form is the
 // decoded one.
-func pathArgs(t *Tool, raw []byte, a *Args) error {
+func decodePath(raw []byte, a *Args) (*string, error) {
 	var pa api.PathArgs
 	if err := strictArgs(raw, &pa); err != nil {
-		return err
+		return nil, err
 	}
-	a.Path = pa.Path
 	if pa.Path == nil {
 		a.Invalid = "args.path: required"
 	}
 	a.Record = RecordArgs(mustJSON(pa))
-	return nil
+	return pa.Path, nil
 }
 
-// recordedPath reads back what pathArgs recorded.
-func recordedPath(t *Tool, rec []byte, a *Args) bool {
+// recordedPath reads back what decodePath recorded.
+func recordedPath(rec []byte) (*string, bool) {
 	var pa struct {
 		Path *string `json:"path"`
 	}
 	if json.Unmarshal(rec, &pa) != nil {
-		return false
+		return nil, false
 	}
-	a.Path = pa.Path
-	return true
+	return pa.Path, true
 }
 
 // keyIsSet reports which of a tool's operation-specific keys are set.

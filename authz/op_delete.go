@@ -8,22 +8,37 @@ import (
 	"github.com/sluicehq/sluice/api"
 )
 
+// DeleteArgs are a delete's args: {"path", "if_match"?}.
+type DeleteArgs struct {
+	Path    *string // nil when absent
+	IfMatch string
+}
+
+func (a *DeleteArgs) Subject() string { return derefOr(a.Path) }
+
+// Precondition is the if_match checked when the file is removed.
+func (a *DeleteArgs) Precondition() string { return a.IfMatch }
+
 // opDelete removes a file (or a symlink, never followed) beneath a root:
 // args {"path", "if_match"?}.
 var opDelete = Op{
 	Name:     api.OpDelete,
 	Keys:     []string{"roots"},
-	Resolve:  ResolveParent,
+	Targets:  pathTarget(ResolveParent, func(a *DeleteArgs) *string { return a.Path }),
 	Effects:  true,
 	validate: []validator{validateRoots},
 	// An approver sees the path; the daemon adds the file as it is now.
-	show: showPath,
+	show: func(t *Tool, a OpArgs, ch *api.ApprovalChange) {
+		if da, ok := a.(*DeleteArgs); ok {
+			showPath(ch, da.Path, da.IfMatch)
+		}
+	},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var da api.DeleteArgs
 		if err := strictArgs(raw, &da); err != nil {
 			return err
 		}
-		a.Path, a.IfMatch = da.Path, da.IfMatch
+		a.Value = &DeleteArgs{Path: da.Path, IfMatch: da.IfMatch}
 		switch {
 		case da.Path == nil:
 			a.Invalid = "args.path: required"
@@ -38,11 +53,15 @@ var opDelete = Op{
 		if json.Unmarshal(rec, &da) != nil {
 			return false
 		}
-		a.Path, a.IfMatch = da.Path, da.IfMatch
+		a.Value = &DeleteArgs{Path: da.Path, IfMatch: da.IfMatch}
 		return true
 	},
 	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
-		return decidePath(ix, req, func(kind api.Kind, rootKey string) Decision {
+		da, ok := argsOf[DeleteArgs](req)
+		if !ok {
+			return deny(api.ReasonInternalError, ix.key)
+		}
+		return decidePath(ix, da.Path, req.target(0), func(kind api.Kind, rootKey string) Decision {
 			// A symlink itself may be removed; it is never followed.
 			switch kind {
 			case KindFile, KindSymlink:

@@ -10,13 +10,25 @@ import (
 	"github.com/sluicehq/sluice/api"
 )
 
+// ExecArgs are an execute's args: {"argv"?}; Argv is nil when omitted
+// (the tool's only command).
+type ExecArgs struct {
+	Argv []string
+}
+
+func (a *ExecArgs) Subject() string {
+	if a.Argv == nil {
+		return ""
+	}
+	return string(mustJSON(a.Argv))
+}
+
 // opExecute runs one of the tool's allowed argv lists in a sandbox: args
 // {"argv"?} (the only command when omitted), matched exactly.
 var opExecute = Op{
 	Name: api.OpExecute,
 	Keys: []string{"commands", "mounts", "cwd", "env", "timeout_ms", "memory_mb", "pids", "cpus",
 		"seccomp", "pool", "pool_max", "max_open_files", "egress"},
-	Resolve:  ResolveNone,
 	Effects:  true,
 	Streams:  true,
 	validate: []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits, validateEgress},
@@ -25,7 +37,7 @@ var opExecute = Op{
 		if err := strictArgs(raw, &ea); err != nil {
 			return err
 		}
-		a.Argv = ea.Argv
+		a.Value = &ExecArgs{Argv: ea.Argv}
 		a.Record = RecordArgs(mustJSON(ea))
 		if len(ea.Argv) > 0 {
 			// Over MaxArgsRecord the argv is kept by digest: keep which
@@ -39,11 +51,15 @@ var opExecute = Op{
 		if json.Unmarshal(rec, &ea) != nil {
 			return false
 		}
-		a.Argv = ea.Argv
+		a.Value = &ExecArgs{Argv: ea.Argv}
 		return true
 	},
 	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
-		argv := req.Argv
+		ea, ok := argsOf[ExecArgs](req)
+		if !ok {
+			return deny(api.ReasonInternalError, ix.key)
+		}
+		argv := ea.Argv
 		if argv == nil {
 			if len(t.Commands) != 1 {
 				return deny(api.ReasonInvalidArgs, ix.key+".commands")
@@ -74,8 +90,12 @@ var opExecute = Op{
 	describe: func(*Tool) string { return "Run one of the allowed commands in a sandbox." },
 	// An approver sees the argv (the tool's only command when the call
 	// gives none), quoted as a shell reads it back.
-	show: func(t *Tool, a *Args, ch *api.ApprovalChange) {
-		argv := a.Argv
+	show: func(t *Tool, a OpArgs, ch *api.ApprovalChange) {
+		ea, ok := a.(*ExecArgs)
+		if !ok {
+			return
+		}
+		argv := ea.Argv
 		if argv == nil && len(t.Commands) == 1 {
 			argv = t.Commands[0]
 		}

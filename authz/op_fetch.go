@@ -14,6 +14,35 @@ import (
 	"github.com/sluicehq/sluice/internal/redact"
 )
 
+// FetchArgs are a fetch's args: {"url", "method"?, "headers"?}; Method
+// is GET when omitted.
+type FetchArgs struct {
+	URL     *string // nil when absent
+	Method  string
+	Headers map[string]string
+	// recorded is the URL as the ledger kept it (query values by
+	// digest), when the args were read back from a record.
+	recorded string
+}
+
+func (a *FetchArgs) Subject() string {
+	if a.recorded != "" {
+		return a.recorded
+	}
+	return derefOr(a.URL)
+}
+
+// urlTarget is a fetch's or post's one target: its URL's host, looked up
+// once.
+func urlTarget[A OpArgs](url func(A) *string) []Target {
+	return []Target{{Name: "url", Resolve: ResolveNet, of: func(a OpArgs) *string {
+		if v, ok := a.(A); ok {
+			return url(v)
+		}
+		return nil
+	}}}
+}
+
 // opFetch is a GET or HEAD that sluiced performs itself: args {"url",
 // "method"?, "headers"?}. The URL is authorized by parsing (hosts,
 // schemes, ports; every URL trick refused), the host is looked up once by
@@ -22,7 +51,8 @@ import (
 var opFetch = Op{
 	Name:     api.OpFetch,
 	Keys:     []string{"hosts", "schemes", "max_redirects", "allowed_headers", "insecure_allow_private", "timeout_ms"},
-	Resolve:  ResolveNet,
+	Targets:  urlTarget(func(a *FetchArgs) *string { return a.URL }),
+	net:      (*netpolicy.Policy).AuthorizeURL,
 	Effects:  true, // a GET carries what its URL says to a server: durable before it leaves
 	validate: []validator{validateNet},
 	decode: func(t *Tool, raw []byte, a *Args) error {
@@ -30,17 +60,18 @@ var opFetch = Op{
 		if err := strictArgs(raw, &fa); err != nil {
 			return err
 		}
-		a.URL, a.Method, a.Headers = fa.URL, fa.Method, fa.Headers
-		if a.Method == "" {
-			a.Method = "GET"
+		f := &FetchArgs{URL: fa.URL, Method: fa.Method, Headers: fa.Headers}
+		a.Value = f
+		if f.Method == "" {
+			f.Method = "GET"
 		}
 		switch {
 		case fa.URL == nil:
 			a.Invalid = "args.url: required"
-		case a.Method != "GET" && a.Method != "HEAD":
+		case f.Method != "GET" && f.Method != "HEAD":
 			a.Invalid = "args.method: GET or HEAD"
 		}
-		rec := map[string]any{"method": a.Method}
+		rec := map[string]any{"method": f.Method}
 		if fa.URL != nil {
 			recordNetURL(rec, *fa.URL, false)
 		}
@@ -58,28 +89,37 @@ var opFetch = Op{
 		if json.Unmarshal(rec, &fa) != nil {
 			return false
 		}
-		a.URL, a.Method, a.Headers = fa.replayURL(fa.URL, nil, false), fa.Method, fa.Headers
+		a.Value = &FetchArgs{URL: fa.replayURL(fa.URL, nil, false), Method: fa.Method, Headers: fa.Headers,
+			recorded: derefOr(fa.URL)}
 		return true
 	},
 	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
-		tgt, rule, err := t.net.AuthorizeURL(derefURL(req.URL))
+		fa, ok := argsOf[FetchArgs](req)
+		if !ok {
+			return deny(api.ReasonInternalError, ix.key)
+		}
+		tgt, rule, err := t.net.AuthorizeURL(derefURL(fa.URL))
 		if err != nil {
 			return deny(api.ReasonEgressDenied, ix.key+".hosts")
 		}
-		if _, err := t.net.CheckHeaders(req.Headers); err != nil {
+		if _, err := t.net.CheckHeaders(fa.Headers); err != nil {
 			return deny(api.ReasonEgressDenied, ix.key+".allowed_headers")
 		}
-		return decideAddrs(t, ix, req, tgt, ruleKey(ix, rule))
+		return decideAddrs(t, ix, req.target(0), tgt, ruleKey(ix, rule))
 	},
 	// An approver sees the method, the whole URL (its query string is
 	// what a fetch carries out) and the headers as the ledger keeps them.
-	show: func(t *Tool, a *Args, ch *api.ApprovalChange) {
-		ch.Summary = append(ch.Summary, api.ChangeField{Label: "method", Value: a.Method})
-		if a.URL != nil {
-			ch.URL = *a.URL
-			ch.Summary = append(ch.Summary, api.ChangeField{Label: "url", Value: *a.URL})
+	show: func(t *Tool, a OpArgs, ch *api.ApprovalChange) {
+		fa, ok := a.(*FetchArgs)
+		if !ok {
+			return
 		}
-		rec := recordHeaders(a.Headers)
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "method", Value: fa.Method})
+		if fa.URL != nil {
+			ch.URL = *fa.URL
+			ch.Summary = append(ch.Summary, api.ChangeField{Label: "url", Value: *fa.URL})
+		}
+		rec := recordHeaders(fa.Headers)
 		for _, k := range slices.Sorted(maps.Keys(rec)) {
 			ch.Summary = append(ch.Summary, api.ChangeField{Label: "header", Value: k + ": " + rec[k]})
 		}
@@ -223,11 +263,11 @@ func (t *Tool) NetPolicy() *netpolicy.Policy { return t.net }
 // (an answer that mixes a public address and 127.0.0.1 is DNS rebinding).
 // A name that did not resolve is allowed: the call then ends
 // upstream_error without dialing.
-func decideAddrs(t *Tool, ix *toolIndex, req *Request, tgt *netpolicy.Target, rule string) Decision {
-	if len(req.Resolved) != 1 {
+func decideAddrs(t *Tool, ix *toolIndex, resolved []Resource, tgt *netpolicy.Target, rule string) Decision {
+	if len(resolved) != 1 {
 		return deny(api.ReasonInternalError, ix.key) // not resolved as it had to be: fail closed
 	}
-	res := &req.Resolved[0]
+	res := &resolved[0]
 	switch res.Outcome {
 	case OutcomeOK:
 	case OutcomeNotFound:

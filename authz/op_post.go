@@ -6,7 +6,25 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/egress/netpolicy"
 )
+
+// PostArgs are a post's args: {"url", "body"}. Body is the JSON body
+// (never in the ledger); BodyBytes its length, what the decision and
+// replay see.
+type PostArgs struct {
+	URL       *string // nil when absent
+	Body      []byte
+	BodyBytes int64
+	recorded  string // the URL as the ledger kept it, when read back from a record
+}
+
+func (a *PostArgs) Subject() string {
+	if a.recorded != "" {
+		return a.recorded
+	}
+	return derefOr(a.URL)
+}
 
 // opPost sends a JSON body to a webhook, performed by sluiced: args
 // {"url", "body"}. The URL must match a webhooks glob (scheme and host
@@ -16,7 +34,8 @@ import (
 var opPost = Op{
 	Name:     api.OpPost,
 	Keys:     []string{"webhooks", "max_request_bytes", "schemes", "insecure_allow_private", "timeout_ms"},
-	Resolve:  ResolveNet,
+	Targets:  urlTarget(func(a *PostArgs) *string { return a.URL }),
+	net:      (*netpolicy.Policy).AuthorizeWebhook,
 	Effects:  true,
 	Binds:    true,
 	validate: []validator{validateNet},
@@ -25,19 +44,20 @@ var opPost = Op{
 		if err := strictArgs(raw, &pa); err != nil {
 			return err
 		}
-		a.URL = pa.URL
+		p := &PostArgs{URL: pa.URL}
+		a.Value = p
 		if len(pa.Body) > 0 {
-			a.Body = pa.Body
+			p.Body = pa.Body
 		}
-		a.BodyBytes = int64(len(a.Body))
-		a.Bound = a.Body
+		p.BodyBytes = int64(len(p.Body))
+		a.Bound = p.Body
 		switch {
 		case pa.URL == nil:
 			a.Invalid = "args.url: required"
-		case a.Body == nil:
+		case p.Body == nil:
 			a.Invalid = "args.body: required (any JSON value)"
 		}
-		rec := map[string]any{"body_sha256": sha256Of(a.Body), "body_len": len(a.Body)}
+		rec := map[string]any{"body_sha256": sha256Of(p.Body), "body_len": len(p.Body)}
 		if pa.URL != nil {
 			recordNetURL(rec, *pa.URL, true)
 		}
@@ -57,21 +77,26 @@ var opPost = Op{
 		if t != nil {
 			hooks = t.Webhooks
 		}
-		a.URL = ra.replayURL(ra.URL, hooks, true)
+		p := &PostArgs{URL: ra.replayURL(ra.URL, hooks, true), recorded: derefOr(ra.URL)}
 		if ra.BodyLen != nil {
-			a.BodyBytes = *ra.BodyLen
+			p.BodyBytes = *ra.BodyLen
 		}
+		a.Value = p
 		return true
 	},
 	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
-		tgt, rule, err := t.net.AuthorizeWebhook(derefURL(req.URL))
+		pa, ok := argsOf[PostArgs](req)
+		if !ok {
+			return deny(api.ReasonInternalError, ix.key)
+		}
+		tgt, rule, err := t.net.AuthorizeWebhook(derefURL(pa.URL))
 		if err != nil {
 			return deny(api.ReasonEgressDenied, ix.key+".webhooks")
 		}
-		if req.BodyBytes > t.net.MaxRequestBytes() {
+		if pa.BodyBytes > t.net.MaxRequestBytes() {
 			return deny(api.ReasonLimitExceeded, ix.key+".max_request_bytes")
 		}
-		return decideAddrs(t, ix, req, tgt, ruleKey(ix, rule))
+		return decideAddrs(t, ix, req.target(0), tgt, ruleKey(ix, rule))
 	},
 	schema: func(t *Tool) map[string]any {
 		return map[string]any{
@@ -84,13 +109,17 @@ var opPost = Op{
 	},
 	// An approver sees the method, the whole URL and the body's size and
 	// digest (what the approval binds); the daemon adds the body itself.
-	show: func(t *Tool, a *Args, ch *api.ApprovalChange) {
-		ch.Summary = append(ch.Summary, api.ChangeField{Label: "method", Value: "POST"})
-		if a.URL != nil {
-			ch.URL = *a.URL
-			ch.Summary = append(ch.Summary, api.ChangeField{Label: "url", Value: *a.URL})
+	show: func(t *Tool, a OpArgs, ch *api.ApprovalChange) {
+		pa, ok := a.(*PostArgs)
+		if !ok {
+			return
 		}
-		ch.BodyBytes, ch.BodySHA256 = int64(len(a.Body)), sha256Of(a.Body)
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "method", Value: "POST"})
+		if pa.URL != nil {
+			ch.URL = *pa.URL
+			ch.Summary = append(ch.Summary, api.ChangeField{Label: "url", Value: *pa.URL})
+		}
+		ch.BodyBytes, ch.BodySHA256 = int64(len(pa.Body)), sha256Of(pa.Body)
 	},
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Post a JSON body to %s.", strings.Join(t.Webhooks, ", "))

@@ -17,13 +17,30 @@ const (
 	ModeCreateOrOverwrite = api.WriteCreateOrOverwrite
 )
 
+// WriteArgs are a write's args: {"path", "content"|"content_b64",
+// "mode"?, "if_match"?}. Content is the body (never in the ledger);
+// ContentBytes its length, what the decision sees (as replay does: the
+// ledger keeps only the length).
+type WriteArgs struct {
+	Path         *string // nil when absent
+	Mode         api.WriteMode
+	Content      []byte
+	ContentBytes int64
+	IfMatch      string
+}
+
+func (a *WriteArgs) Subject() string { return derefOr(a.Path) }
+
+// Precondition is the if_match checked when the write commits.
+func (a *WriteArgs) Precondition() string { return a.IfMatch }
+
 // opWrite writes a file beneath a root, atomically: args {"path",
 // "content"|"content_b64", "mode"?, "if_match"?}; the ledger keeps the
 // content's digest and length, never the body.
 var opWrite = Op{
 	Name:     api.OpWrite,
 	Keys:     []string{"roots", "mode", "file_mode"},
-	Resolve:  ResolveParent,
+	Targets:  pathTarget(ResolveParent, func(a *WriteArgs) *string { return a.Path }),
 	Effects:  true,
 	Binds:    true,
 	validate: []validator{validateRoots, validateWriteMode},
@@ -32,9 +49,10 @@ var opWrite = Op{
 		if err := strictArgs(raw, &wa); err != nil {
 			return err
 		}
-		a.Path, a.IfMatch = wa.Path, wa.IfMatch
+		w := &WriteArgs{Path: wa.Path, IfMatch: wa.IfMatch}
+		a.Value = w
 		// An omitted mode is the tool's own (create_or_overwrite by default).
-		a.Mode = writeMode(t, wa.Mode)
+		w.Mode = writeMode(t, wa.Mode)
 		switch {
 		case wa.Path == nil:
 			a.Invalid = "args.path: required"
@@ -48,18 +66,18 @@ var opWrite = Op{
 			a.Invalid = "args.mode: create, overwrite or create_or_overwrite"
 		}
 		if wa.Content != nil {
-			a.Content = []byte(*wa.Content)
+			w.Content = []byte(*wa.Content)
 		} else if wa.ContentB64 != nil {
 			b, err := base64.StdEncoding.DecodeString(*wa.ContentB64)
 			if err != nil && a.Invalid == "" {
 				a.Invalid = "args.content_b64: not valid base64"
 			}
-			a.Content = b
+			w.Content = b
 		}
-		a.ContentBytes = int64(len(a.Content))
-		a.Bound = a.Content
+		w.ContentBytes = int64(len(w.Content))
+		a.Bound = w.Content
 		// No file body in the ledger: its digest and length only.
-		rec := map[string]any{"content_sha256": sha256Of(a.Content), "content_len": len(a.Content), "mode": a.Mode}
+		rec := map[string]any{"content_sha256": sha256Of(w.Content), "content_len": len(w.Content), "mode": w.Mode}
 		if wa.Path != nil {
 			rec["path"] = *wa.Path
 		}
@@ -79,20 +97,25 @@ var opWrite = Op{
 		if json.Unmarshal(rec, &ra) != nil {
 			return false
 		}
-		a.Path, a.IfMatch, a.Mode = ra.Path, ra.IfMatch, writeMode(t, ra.Mode)
+		w := &WriteArgs{Path: ra.Path, IfMatch: ra.IfMatch, Mode: writeMode(t, ra.Mode)}
 		if ra.ContentLen != nil {
-			a.ContentBytes = *ra.ContentLen
+			w.ContentBytes = *ra.ContentLen
 		}
+		a.Value = w
 		return true
 	},
 	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
-		if !t.AllowsWriteMode(req.Mode) {
+		wa, ok := argsOf[WriteArgs](req)
+		if !ok {
+			return deny(api.ReasonInternalError, ix.key)
+		}
+		if !t.AllowsWriteMode(wa.Mode) {
 			return deny(api.ReasonInvalidArgs, ix.key+".mode")
 		}
-		if req.ContentBytes > t.EffectiveMaxBytes() {
+		if wa.ContentBytes > t.EffectiveMaxBytes() {
 			return deny(api.ReasonLimitExceeded, ix.key+".max_bytes")
 		}
-		return decidePath(ix, req, func(kind api.Kind, rootKey string) Decision {
+		return decidePath(ix, wa.Path, req.target(0), func(kind api.Kind, rootKey string) Decision {
 			// The final component is looked at, not followed: a symlink
 			// there is refused and what it points to stays untouched.
 			switch kind {
@@ -114,10 +137,14 @@ var opWrite = Op{
 	// An approver sees the path, the mode and the new content's size and
 	// digest (what the approval binds); the daemon adds the file as it is
 	// now and a diff.
-	show: func(t *Tool, a *Args, ch *api.ApprovalChange) {
-		showPath(t, a, ch)
-		ch.Summary = append(ch.Summary, api.ChangeField{Label: "mode", Value: string(a.Mode)})
-		ch.New = &api.FileState{Size: int64(len(a.Content)), SHA256: sha256Of(a.Content)}
+	show: func(t *Tool, a OpArgs, ch *api.ApprovalChange) {
+		wa, ok := a.(*WriteArgs)
+		if !ok {
+			return
+		}
+		showPath(ch, wa.Path, wa.IfMatch)
+		ch.Summary = append(ch.Summary, api.ChangeField{Label: "mode", Value: string(wa.Mode)})
+		ch.New = &api.FileState{Size: int64(len(wa.Content)), SHA256: sha256Of(wa.Content)}
 	},
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Write a file beneath %s (atomically; returns its new sha256 for the next if_match).", strings.Join(t.Roots, ", "))

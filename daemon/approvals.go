@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/errclass"
-	"github.com/sluicehq/sluice/internal/securefs"
 )
 
 // approvals holds the calls parked until a human decides them.
@@ -52,7 +51,7 @@ type parkedView struct {
 	args                          json.RawMessage
 	t                             *authz.Tool
 	op                            *opSpec
-	path                          string
+	path                          string // the first target's path, when it is one
 	res                           *authz.Resource
 	// change is what the call's operation shows an approver of it, as
 	// far as its args say (authz.Op.Approval, made when it parked); the
@@ -196,8 +195,10 @@ func (c *call) awaitApproval(em emitter) bool {
 	c.closeHandles()
 	pk.shown = parkedView{callID: c.id, principal: c.areq.Principal, tool: c.req.Tool, task: c.req.Task, args: c.argsRecord,
 		t: c.tool, op: c.op, change: c.op.Approval(c.tool, &c.args)}
-	if c.areq.Path != nil {
-		pk.shown.path = *c.areq.Path
+	if tg := c.op.Targets; len(tg) > 0 && tg[0].Resolve != authz.ResolveNet {
+		if v := tg[0].Value(c.areq.Args); v != nil {
+			pk.shown.path = *v
+		}
 	}
 	if c.dec.Resource != nil {
 		r := *c.dec.Resource
@@ -271,7 +272,6 @@ func (c *call) awaitApproval(em emitter) bool {
 		return false
 	}
 	c.decoded = dc
-	c.handles = map[int]*securefs.Handle{}
 	c.areq.Approved = true
 	c.areq.Principal, _ = c.p.m.Identify(c.peer.UID, c.peer.GID)
 	c.resolve()
@@ -281,11 +281,11 @@ func (c *call) awaitApproval(em emitter) bool {
 }
 
 // dropBody lets go of what a parked call does not need while it waits:
-// its body (spilled), its raw args and a write's content. What stays is
-// small: the recorded args (no file bodies; at most 8 KiB), the path, an
-// execute call's argv (one of the manifest's commands) and the decision.
+// its body (spilled), its raw args and its typed args (a write's content,
+// a post's body). What stays is small: the recorded args (no file bodies;
+// at most 8 KiB), what the approval list shows, and the decision.
 func (c *call) dropBody() {
-	c.body, c.req.Args, c.content, c.postBody = nil, nil, nil, nil
+	c.body, c.req.Args, c.areq.Args = nil, nil, nil
 	c.args = authz.Args{}
 }
 

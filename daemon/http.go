@@ -152,10 +152,17 @@ func (d *Daemon) handleTools(w http.ResponseWriter, r *http.Request, peer Peer) 
 		t := p.m.Tools[tn]
 		out.Tools = append(out.Tools, api.Tool{
 			Name: tn, Operation: t.Operation, Description: describe(tn, t), ArgsSchema: argsSchema(t),
-			Network: t.Operation == api.OpFetch || t.Operation == api.OpPost || t.Egress != nil,
+			Network: reachesNetwork(t),
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// reachesNetwork says whether a tool reaches the network: its operation
+// does (a URL target: fetch, post), or its commands may (egress).
+func reachesNetwork(t *authz.Tool) bool {
+	o := authz.LookupOp(t.Operation)
+	return (o != nil && o.Network()) || t.Egress != nil
 }
 
 func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request, peer Peer) {

@@ -14,7 +14,7 @@ import (
 // final name is removed from the parent resolved for the call, never
 // followed, only if the file is still as the call requires.
 func execDelete(c *call, _ func(string, []byte)) *outcome {
-	pr := c.parents[c.dec.Resource.Root]
+	pr := c.parent(0)
 	if pr == nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/fsview"
@@ -66,6 +67,18 @@ func (e *execTool) start(name string, r *sandbox.Runner, pool sandbox.PoolSize, 
 	if pool.Max > 0 {
 		e.pool = sandbox.NewPoolSized(r, e.spec, pool, log.With("tool", name))
 	}
+	return nil
+}
+
+// loadExec readies an execute tool when the manifest loads (opSpec.load):
+// its mounts resolved beneath the manifest's base, its spec; pools start
+// once the whole load has succeeded (loadPolicyWith).
+func loadExec(p *policy, name string, t *authz.Tool, files *policyFiles) error {
+	et, err := buildExec(name, t, p.base, p.m.BaseDir, files)
+	if err != nil {
+		return err
+	}
+	p.exec[name] = et
 	return nil
 }
 
@@ -287,7 +300,10 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		c.d.log.Error("execute tool has no sandbox", "tool", c.req.Tool)
 		return &outcome{reason: api.ReasonInternalError}
 	}
-	argv := c.areq.Argv
+	var argv []string
+	if ea, ok := c.areq.Args.(*authz.ExecArgs); ok {
+		argv = ea.Argv
+	}
 	if argv == nil {
 		argv = c.tool.Commands[0]
 	}
@@ -343,7 +359,8 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		return &outcome{reason: c.reasonOf(err, "sandbox exec")}
 	}
 	code := res.ExitCode
-	o := &outcome{output: res.Stdout, stderr: res.Stderr, truncated: res.Truncated, exitCode: &code}
+	er := &execResult{stderr: res.Stderr, exitCode: &code}
+	o := &outcome{output: res.Stdout, truncated: res.Truncated, result: er}
 	switch {
 	case res.OOM || res.PidsMax:
 		o.reason = api.ReasonLimitExceeded
@@ -352,8 +369,8 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	case err != nil: // the call's context ended: task_cancelled, shutdown, or the client went away
 		o.reason = c.reasonOf(err, "sandbox exec")
 	case res.Signal != 0:
-		o.reason, o.signal, o.exitCode = api.ReasonKilled, signalName(res.Signal), nil
-		c.d.log.Warn("a command died by a signal sluiced did not send", "signal", o.signal,
+		o.reason, er.signal, er.exitCode = api.ReasonKilled, signalName(res.Signal), nil
+		c.d.log.Warn("a command died by a signal sluiced did not send", "signal", er.signal,
 			"tool", c.req.Tool, "call_id", c.id)
 	default:
 		o.reason = api.ReasonAllowed
@@ -379,3 +396,21 @@ func signalName(sig int) string {
 }
 
 func validStderr(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") }
+
+// execResult is what a command that ran left beside its stdout: its
+// stderr, and its exit code or the signal that killed it.
+type execResult struct {
+	stderr   []byte
+	exitCode *int
+	signal   string // what killed the command, when sluice did not (reason killed)
+}
+
+func (r *execResult) wire(res *api.CallResult) {
+	res.ExitCode, res.Signal, res.Stderr = r.exitCode, r.signal, validStderr(r.stderr)
+}
+
+func (r *execResult) record(rec *audit.Record) {
+	rec.Result.ExitCode, rec.Result.Signal = r.exitCode, r.signal
+}
+
+func (r *execResult) answered() bool { return r.exitCode != nil || r.signal != "" }

@@ -24,7 +24,8 @@ func execList(c *call, _ func(string, []byte)) *outcome { return c.fileTool(list
 
 func listOf(c *call) func(*securefs.Handle, int64) ([]byte, bool, error) {
 	return func(h *securefs.Handle, max int64) ([]byte, bool, error) {
-		return listDir(h, c.tool, c.dec.Resource.Root, c.dec.Resource.Rel, max)
+		r := c.decidedBy(0)
+		return listDir(h, c.tool, r.Root, r.Rel, max)
 	}
 }
 

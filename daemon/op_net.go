@@ -11,7 +11,6 @@ import (
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/egress"
-	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/redact"
 )
 
@@ -27,20 +26,11 @@ var netClient = &egress.Client{}
 // when the URL is one the tool allows: a refused URL costs no lookup, so
 // DNS learns nothing of what an agent was refused. The answer goes into
 // the request (and the decision record) for authz to check.
-func (c *call) resolveNet() {
+func (c *call) resolveNet(unsafeURL string) []authz.Resource {
 	p := c.tool.NetPolicy()
-	if p == nil || c.areq.URL == nil {
-		return
-	}
-	var t *netpolicy.Target
-	var err error
-	if c.tool.Operation == api.OpPost {
-		t, _, err = p.AuthorizeWebhook(*c.areq.URL)
-	} else {
-		t, _, err = p.AuthorizeURL(*c.areq.URL)
-	}
+	t, err := c.op.AuthorizeNet(c.tool, unsafeURL)
 	if err != nil {
-		return // authz denies it (egress_denied) on the same check
+		return nil // authz denies it (egress_denied) on the same check
 	}
 	res := authz.Resource{Outcome: authz.OutcomeOK, Path: t.String()}
 	ctx, cancel := context.WithTimeout(c.ctx, p.Timeout())
@@ -55,16 +45,17 @@ func (c *call) resolveNet() {
 	for _, a := range addrs {
 		res.Addrs = append(res.Addrs, a.String())
 	}
-	c.areq.Resolved = append(c.areq.Resolved, res)
+	return []authz.Resource{res}
 }
 
 // pinned is the address the decision checked for t's port: the first of
 // the answer (every one of which was checked).
 func (c *call) pinned(port uint16) netip.AddrPort {
-	if c.dec.Resource == nil || len(c.dec.Resource.Addrs) == 0 {
+	r := c.decidedBy(0)
+	if r == nil || len(r.Addrs) == 0 {
 		return netip.AddrPort{}
 	}
-	a, err := netip.ParseAddr(c.dec.Resource.Addrs[0])
+	a, err := netip.ParseAddr(r.Addrs[0])
 	if err != nil {
 		return netip.AddrPort{}
 	}
@@ -73,33 +64,58 @@ func (c *call) pinned(port uint16) netip.AddrPort {
 
 func execFetch(c *call, _ func(string, []byte)) *outcome {
 	p := c.tool.NetPolicy()
-	t, _, err := p.AuthorizeURL(*c.areq.URL)
+	fa, ok := c.areq.Args.(*authz.FetchArgs)
+	if !ok || fa.URL == nil {
+		return &outcome{reason: api.ReasonInternalError}
+	}
+	t, _, err := p.AuthorizeURL(*fa.URL)
 	if err != nil {
 		return &outcome{reason: api.ReasonEgressDenied}
 	}
 	addr := c.pinned(t.Port)
 	if !addr.IsValid() {
-		return &outcome{reason: api.ReasonUpstreamError, egress: &audit.Egress{Method: c.method, Target: authz.RecordURL(t.String())}}
+		return &outcome{reason: api.ReasonUpstreamError, result: &netResult{egress: &audit.Egress{Method: fa.Method, Target: authz.RecordURL(t.String())}}}
 	}
-	res, err := netClient.Fetch(c.ctx, p, egress.FetchRequest{URL: *c.areq.URL, Method: c.method, Headers: c.areq.Headers, Addr: addr})
-	return c.netOutcome(res, err, &audit.Egress{Method: c.method, Target: authz.RecordURL(t.String())})
+	res, err := netClient.Fetch(c.ctx, p, egress.FetchRequest{URL: *fa.URL, Method: fa.Method, Headers: fa.Headers, Addr: addr})
+	return c.netOutcome(res, err, &audit.Egress{Method: fa.Method, Target: authz.RecordURL(t.String())})
 }
 
 func execPost(c *call, _ func(string, []byte)) *outcome {
 	p := c.tool.NetPolicy()
-	t, _, err := p.AuthorizeWebhook(*c.areq.URL)
+	pa, ok := c.areq.Args.(*authz.PostArgs)
+	if !ok || pa.URL == nil {
+		return &outcome{reason: api.ReasonInternalError}
+	}
+	t, _, err := p.AuthorizeWebhook(*pa.URL)
 	if err != nil {
 		return &outcome{reason: api.ReasonEgressDenied}
 	}
-	digest, n := egress.BodyDigest(c.postBody)
+	digest, n := egress.BodyDigest(pa.Body)
 	rec := &audit.Egress{Method: "POST", Target: authz.RecordURL(t.String()), BodySHA256: digest, BodyLen: int64(n)}
 	addr := c.pinned(t.Port)
 	if !addr.IsValid() {
-		return &outcome{reason: api.ReasonUpstreamError, egress: rec}
+		return &outcome{reason: api.ReasonUpstreamError, result: &netResult{egress: rec}}
 	}
-	res, err := netClient.Post(c.ctx, p, egress.PostRequest{URL: *c.areq.URL, Body: c.postBody, Addr: addr})
+	res, err := netClient.Post(c.ctx, p, egress.PostRequest{URL: *pa.URL, Body: pa.Body, Addr: addr})
 	return c.netOutcome(res, err, rec)
 }
+
+// netResult is a fetch's or post's own result: the response's status
+// and content type, and where the request went (the record keeps no
+// body).
+type netResult struct {
+	httpStatus  int
+	contentType string
+	egress      *audit.Egress
+}
+
+func (r *netResult) wire(res *api.CallResult) {
+	res.HTTPStatus, res.ContentType = r.httpStatus, r.contentType
+}
+
+func (r *netResult) record(rec *audit.Record) { rec.Egress = r.egress }
+
+func (r *netResult) answered() bool { return r.httpStatus != 0 }
 
 // maxHopURL bounds the scheme, authority and path a redirect hop's record
 // keeps: up to max_redirects (20) hops are recorded per call.
@@ -110,7 +126,8 @@ const maxHopURL = 1024
 // and byte counts; the body goes to the caller only, never to the ledger.
 // ok is a response below 400.
 func (c *call) netOutcome(res *egress.Result, err error, rec *audit.Egress) *outcome {
-	o := &outcome{egress: rec}
+	nr := &netResult{egress: rec}
+	o := &outcome{result: nr}
 	if res != nil {
 		if res.Addr.IsValid() {
 			rec.Addr = res.Addr.String()
@@ -141,7 +158,7 @@ func (c *call) netOutcome(res *egress.Result, err error, rec *audit.Egress) *out
 	o.ok = res.Status < 400
 	o.reason = api.ReasonAllowed
 	o.output, o.truncated = res.Body, res.Truncated
-	o.httpStatus, o.contentType = res.Status, res.ContentType
+	nr.httpStatus, nr.contentType = res.Status, res.ContentType
 	return o
 }
 

@@ -25,7 +25,7 @@ func execRead(c *call, _ func(string, []byte)) *outcome {
 
 // fileTool runs f, read's or list's, on the handle the call resolved.
 func (c *call) fileTool(f func(*securefs.Handle, int64) ([]byte, bool, error)) *outcome {
-	h := c.handles[c.dec.Resource.Root]
+	h := c.handle(0)
 	if h == nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/fileop"
 )
 
@@ -18,11 +19,12 @@ import (
 // and renamed over it only if the file is still as the call requires
 // (writes.go: the commit machinery write and delete share).
 func execWrite(c *call, _ func(string, []byte)) *outcome {
-	pr := c.parents[c.dec.Resource.Root]
-	if pr == nil {
+	pr := c.parent(0)
+	wa, ok := c.areq.Args.(*authz.WriteArgs)
+	if pr == nil || !ok {
 		return &outcome{reason: api.ReasonInternalError}
 	}
-	mode, err := fileop.ParseWriteMode(string(c.areq.Mode))
+	mode, err := fileop.ParseWriteMode(string(wa.Mode))
 	if err != nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
@@ -35,7 +37,7 @@ func execWrite(c *call, _ func(string, []byte)) *outcome {
 	if testHookBeforeCommit != nil {
 		testHookBeforeCommit(c)
 	}
-	res, err := fileop.Write(pr.p, c.content, fileop.WriteOptions{
+	res, err := fileop.Write(pr.p, wa.Content, fileop.WriteOptions{
 		Mode: mode, Perm: fs.FileMode(c.tool.EffectiveFileMode()),
 		// New files belong to whoever owns the root, not to root.
 		UID: int(st.Uid), GID: int(st.Gid),

@@ -10,11 +10,13 @@ import (
 )
 
 // opSpec is the daemon's half of one operation (docs/design.md, "One
-// operation, one unit"): its executor, beside the pure half it embeds
-// (authz.Op: keys, args decoding, what it resolves, whether it has
-// effects or streams, its decision, schema and description). Preparing at
-// load (execute's views and pools) is buildExec's; resolving is resolve's,
-// as authz.Op.Resolve says.
+// operation, one unit"), in its daemon/op_NAME.go: its executor, which
+// returns the outcome with the operation's own typed result (opResult),
+// and what it readies at load, starts early, adds to an approval, or
+// leaves for recovery; beside the pure half it embeds (authz.Op: keys,
+// its typed args, the targets it resolves, whether it has effects or
+// streams, its decision, schema and description). Resolving is resolve's,
+// over the targets authz.Op.Targets lists.
 type opSpec struct {
 	*authz.Op
 	exec func(c *call, onChunk func(stream string, data []byte)) *outcome
@@ -26,16 +28,24 @@ type opSpec struct {
 	// (authz.Op.Approval, from its args) what needs the kernel or the
 	// parked body: a write's diff, a delete's file, a post's body.
 	show func(ctx context.Context, d *Daemon, p *policy, pk *parked, ch *api.ApprovalChange)
+	// load, when set, readies a tool of the operation when the manifest
+	// loads (execute: its mounts resolved to fds, its spec and pool).
+	load func(p *policy, name string, t *authz.Tool, files *policyFiles) error
+	// tempName, when set, is the temp name the operation's commit of
+	// call id leaves beside each target it resolved (write): start-up
+	// recovery removes those a crash left (recover.go).
+	tempName func(callID string) string
 }
 
 var operations = map[api.Operation]*opSpec{
 	api.OpRead:   {exec: execRead},
 	api.OpList:   {exec: execList},
-	api.OpWrite:  {exec: execWrite, show: showWriteNow},
+	api.OpWrite:  {exec: execWrite, show: showWriteNow, tempName: writeTempName},
 	api.OpDelete: {exec: execDelete, show: showFileNow},
 	api.OpExecute: {
 		exec:    func(c *call, onChunk func(string, []byte)) *outcome { return c.runExec(onChunk) },
 		prepare: (*call).startCold,
+		load:    loadExec,
 	},
 	api.OpFetch: {exec: execFetch},
 	api.OpPost:  {exec: execPost, show: showBodyNow},

@@ -8,14 +8,12 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
-	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/sandbox"
 )
 
@@ -53,8 +51,9 @@ type call struct {
 	// container slot for it.
 	cold chan coldBox
 
-	handles map[int]*securefs.Handle // by root index, for resolved paths
-	parents map[int]*parentRef       // by root index, for write and delete
+	// targets is what each of the operation's targets resolved to
+	// (authz.Op.Targets, in order), held for its executor.
+	targets []heldTarget
 	dec     authz.Decision
 }
 
@@ -246,26 +245,30 @@ func (c *call) failClosed() {
 	c.dec = authz.Decision{Reason: api.ReasonAuditUnavailable}
 }
 
-// outcome is what executing an allowed call produced.
+// outcome is what executing an allowed call produced: what every
+// operation has, and the operation's own typed result.
 type outcome struct {
 	ok        bool
 	reason    api.Reason
 	output    []byte
-	stderr    []byte
 	truncated bool
-	exitCode  *int
-	signal    string // what killed the command, when sluice did not (reason killed)
-	// sha256 and size of what a write left or a delete removed.
-	digest string
-	size   int64
+	// result is the operation's own result (a command's exit, a write's
+	// digest, a fetch's status and egress record); nil when it has none.
+	result opResult
+}
 
-	durable *bool // set when a write or delete committed: false when the directory fsync failed
-
-	// A fetch's or post's response, and where the request went (the
-	// record keeps no body).
-	httpStatus  int
-	contentType string
-	egress      *audit.Egress
+// opResult is one operation's own result: it knows its fields of the
+// wire result (api.CallResult, flat per docs/api.md) and of the result
+// record.
+type opResult interface {
+	// wire fills the operation's fields of the caller's result.
+	wire(res *api.CallResult)
+	// record fills the operation's fields of the result record.
+	record(rec *audit.Record)
+	// answered says the operation got an answer whose output is the
+	// caller's even when the call is not ok (a command's exit or signal,
+	// an HTTP status).
+	answered() bool
 }
 
 func (c *call) principalRecord() *audit.Principal {
@@ -302,34 +305,27 @@ func (c *call) auditDecision() (uint64, error) {
 // post's URL with its query values by digest (authz.RecordURL), though
 // the caller and an approver see the URL itself.
 func (c *call) recordedResources() (string, json.RawMessage) {
-	net := c.tool != nil && c.tool.NetPolicy() != nil
+	if c.op == nil {
+		return "", nil
+	}
 	var resource string
 	if c.dec.Resource != nil {
 		resource = c.dec.Resource.Path
-		if net {
+		if c.op.Network() {
 			resource = authz.RecordURL(resource)
 		}
 	}
-	if len(c.areq.Resolved) == 0 {
-		return resource, nil
-	}
-	if !net {
-		return resource, mustJSON(c.areq.Resolved)
-	}
-	res := slices.Clone(c.areq.Resolved)
-	for i := range res {
-		res[i].Path = authz.RecordURL(res[i].Path)
-	}
-	return resource, mustJSON(res)
+	return resource, c.op.RecordResolved(c.areq.Resolved)
 }
 
 func (c *call) auditResult(o *outcome) (uint64, error) {
 	rec := &audit.Record{
 		Kind: audit.KindResult, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
 		Tool: c.req.Tool, Verdict: c.dec.WireVerdict(), Reason: o.reason, PolicyVersion: c.p.m.Version,
-		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated,
-			DurationMS: c.elapsedMS(), ExitCode: o.exitCode, SHA256: o.digest, Size: o.size, Durable: o.durable, Signal: o.signal},
-		Egress: o.egress,
+		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated, DurationMS: c.elapsedMS()},
+	}
+	if o.result != nil {
+		o.result.record(rec)
 	}
 	var ce *cancelError
 	if o.reason == api.ReasonCancelled && errors.As(context.Cause(c.ctx), &ce) {

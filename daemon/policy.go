@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/sandbox"
@@ -65,15 +64,14 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 	}
 	p := &policy{m: m, path: abs, base: base, roots: map[string][]*securefs.Root{}, exec: map[string]*execTool{}}
 	for name, t := range m.Tools {
-		if t.Operation != api.OpExecute {
+		o := operations[t.Operation]
+		if o == nil || o.load == nil {
 			continue
 		}
-		et, err := buildExec(name, t, base, m.BaseDir, files)
-		if err != nil {
+		if err := o.load(p, name, t, files); err != nil {
 			p.close()
 			return nil, err
 		}
-		p.exec[name] = et
 	}
 	for name, t := range m.Tools {
 		if len(t.Roots) == 0 {

@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/sandbox"
@@ -417,8 +416,8 @@ func unescapeOctal(s string) string {
 func writesPolicy(m *authz.Manifest, roots map[string][]*securefs.Root, files []*policyFile) error {
 	for _, name := range sortedToolNames(m) {
 		t := m.Tools[name]
-		if t.Operation != api.OpWrite && t.Operation != api.OpDelete {
-			continue
+		if o := authz.LookupOp(t.Operation); o == nil || !o.WritesRoots() {
+			continue // it changes no file beneath its roots
 		}
 		for i, root := range roots[name] {
 			if root == nil {

@@ -32,14 +32,13 @@ func (c *call) present(o *outcome) api.CallResult {
 		res.Resource = c.dec.Resource.Path
 	}
 	if o != nil {
-		res.OK, res.Reason, res.Truncated, res.ExitCode = o.ok, o.reason, o.truncated, o.exitCode
-		res.SHA256, res.Durable = o.digest, o.durable
+		res.OK, res.Reason, res.Truncated = o.ok, o.reason, o.truncated
 		res.Bytes = int64(len(o.output))
-		res.Signal = o.signal
-		res.HTTPStatus, res.ContentType = o.httpStatus, o.contentType
-		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || o.exitCode != nil || o.signal != "" || o.httpStatus != 0) {
+		if o.result != nil {
+			o.result.wire(&res)
+		}
+		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || (o.result != nil && o.result.answered())) {
 			setOutput(&res, o.output)
-			res.Stderr = validStderr(o.stderr)
 		}
 	}
 	return res

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/fileop"
@@ -108,20 +109,41 @@ type pendingWrite struct {
 
 // scanRec is what the scan decodes of a record.
 type scanRec struct {
-	CallID    string           `json:"call_id"`
-	Kind      string           `json:"kind"`
-	Operation string           `json:"operation"`
-	Verdict   string           `json:"verdict"`
-	Detail    string           `json:"detail"`
-	Resolved  []authz.Resource `json:"resolved"`
+	CallID    string          `json:"call_id"`
+	Kind      string          `json:"kind"`
+	Operation string          `json:"operation"`
+	Verdict   string          `json:"verdict"`
+	Detail    string          `json:"detail"`
+	Resolved  json.RawMessage `json:"resolved"`
 }
 
 var (
 	kindDecision = []byte(`"kind":"decision"`)
 	kindResult   = []byte(`"kind":"result"`)
 	kindPolicy   = []byte(`"kind":"policy_loaded"`)
-	opWrite      = []byte(`"operation":"write"`)
 )
+
+// tempOps are the `"operation":"NAME"` of each operation whose commit
+// leaves a temp file beside its target (opSpec.tempName): the decisions
+// the scan decodes.
+func tempOps() [][]byte {
+	var out [][]byte
+	for name, o := range operations {
+		if o.tempName != nil {
+			out = append(out, []byte(`"operation":`+strconv.Quote(string(name))))
+		}
+	}
+	return out
+}
+
+func containsAny(line []byte, pats [][]byte) bool {
+	for _, p := range pats {
+		if bytes.Contains(line, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // scanChunk is how much the backward scan reads at a time (tests make it
 // small, so records straddle reads).
@@ -192,6 +214,7 @@ func pendingWrites(ledgerPath string) ([]pendingWrite, error) {
 	// Only the writes still pending are kept: memory is bounded by the
 	// writes in flight at the crash, not by the run's.
 	pending := map[string]*pendingWrite{}
+	ops := tempOps()
 	br := bufio.NewReaderSize(io.NewSectionReader(f, from, fi.Size()-from), 1<<20)
 	for {
 		line, err := br.ReadSlice('\n')
@@ -201,19 +224,22 @@ func pendingWrites(ledgerPath string) ([]pendingWrite, error) {
 			line, err = append(append([]byte(nil), line...), rest...), err2
 		}
 		if len(line) > 0 {
-			isDecision := bytes.Contains(line, kindDecision) && bytes.Contains(line, opWrite)
+			isDecision := bytes.Contains(line, kindDecision) && containsAny(line, ops)
 			isResult := !isDecision && len(pending) > 0 && bytes.Contains(line, kindResult)
 			if id, ok := resultCallID(line); isResult && ok {
 				delete(pending, id) // the common case, without a decode
 			} else if isDecision || isResult {
 				var r scanRec
 				if json.Unmarshal(line, &r) == nil && r.CallID != "" {
+					o := operations[api.Operation(r.Operation)]
 					switch {
-					case r.Kind == audit.KindDecision && r.Operation == "write" && r.Verdict == "allow":
+					case r.Kind == audit.KindDecision && o != nil && o.tempName != nil && r.Verdict == "allow":
 						pw := &pendingWrite{callID: r.CallID}
-						for _, res := range r.Resolved {
-							if res.Outcome == authz.OutcomeOK && res.RootPath != "" && res.Rel != "" {
-								pw.temps = append(pw.temps, path.Join(res.RootPath, path.Dir(res.Rel), writeTempName(r.CallID)))
+						for _, target := range o.ResolvedFromRecord(r.Resolved) {
+							for _, res := range target {
+								if res.Outcome == authz.OutcomeOK && res.RootPath != "" && res.Rel != "" {
+									pw.temps = append(pw.temps, path.Join(res.RootPath, path.Dir(res.Rel), o.tempName(r.CallID)))
+								}
 							}
 						}
 						pending[r.CallID] = pw

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
-	"github.com/sluicehq/sluice/internal/securefs"
 )
 
 // registry holds every call in flight, by id and by task, so that task
@@ -57,8 +56,7 @@ func newRegistry(base context.Context, ttl time.Duration) *registry {
 // begin registers a new call and gives it its context and id.
 func (g *registry) begin(d *Daemon, p *policy, peer Peer, dc *decoded, start time.Time) *call {
 	ctx, stop := context.WithCancelCause(g.base)
-	c := &call{decoded: dc, d: d, p: p, ctx: ctx, stop: stop, peer: peer, start: start, id: newCallID(),
-		handles: map[int]*securefs.Handle{}}
+	c := &call{decoded: dc, d: d, p: p, ctx: ctx, stop: stop, peer: peer, start: start, id: newCallID()}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.calls[c.id] = c

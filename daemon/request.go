@@ -4,7 +4,6 @@ package daemon
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -35,18 +34,14 @@ func badf(format string, a ...any) error { return &badRequest{fmt.Sprintf(format
 // filesystem or the clock: decodeCall is pure, so replay decodes a
 // recorded request exactly as the daemon did.
 type decoded struct {
-	body       []byte // as received: an approved call is decoded again from it
-	req        api.CallRequest
-	tool       *authz.Tool // nil for an unknown tool
-	op         *opSpec     // nil for an unknown tool
+	body []byte // as received: an approved call is decoded again from it
+	req  api.CallRequest
+	tool *authz.Tool // nil for an unknown tool
+	op   *opSpec     // nil for an unknown tool
+	// areq is what Decide sees: the operation's typed args (areq.Args,
+	// which its executor reads too) and what its targets resolved to.
 	areq       authz.Request
 	argsRecord json.RawMessage
-
-	// Typed args of the operations that need more than areq carries.
-	content  []byte // write: the body
-	ifMatch  string // write, delete
-	method   string // fetch: GET or HEAD
-	postBody []byte // post: the JSON body
 
 	// args are the args as the operation decoded them: what an approver
 	// is shown of the call, and what an approval binds (args.Bound).
@@ -105,8 +100,7 @@ func decodeCall(m *authz.Manifest, body []byte) (*decoded, error) {
 		return nil, badf("%s", err)
 	}
 	dc.areq = a.Request("", dc.req.Tool)
-	dc.content, dc.ifMatch, dc.argsRecord = a.Content, a.IfMatch, a.Record
-	dc.method, dc.postBody = a.Method, a.Body
+	dc.argsRecord = a.Record
 	dc.args = a
 	return dc, nil
 }
@@ -146,6 +140,3 @@ func mustJSON(v any) []byte {
 	}
 	return b
 }
-
-// decodeB64 decodes content_b64.
-func decodeB64(s string) ([]byte, error) { return base64.StdEncoding.DecodeString(s) }

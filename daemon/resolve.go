@@ -11,42 +11,59 @@ import (
 )
 
 // resolve is docs/design.md §1 step 3. It runs only for a call that could be
-// allowed: the tool exists, the principal may call it, the args are sound
-// and the path passes the lexical checks; then the path is resolved by the
-// kernel beneath each root it lies under.
+// allowed: the tool exists, the principal may call it and the args are
+// sound. Then each target the operation declares (authz.Op.Targets) is
+// resolved, into its own list of the request's Resolved: a path that
+// passes the lexical checks by the kernel beneath each root it lies
+// under, a URL by one lookup of its host.
 func (c *call) resolve() {
-	t := c.tool
-	if t == nil || c.op == nil || c.op.Resolve == authz.ResolveNone || c.areq.ArgsError != "" ||
+	if c.tool == nil || c.op == nil || len(c.op.Targets) == 0 || c.areq.ArgsError != "" ||
 		!c.p.m.MayCall(c.areq.Principal, c.req.Tool) {
 		return
 	}
-	if c.op.Resolve == authz.ResolveNet {
-		c.resolveNet()
-		return
+	c.areq.Resolved = make([][]authz.Resource, len(c.op.Targets))
+	for i := range c.op.Targets {
+		tg := &c.op.Targets[i]
+		v := tg.Value(c.areq.Args)
+		if v == nil {
+			continue // authz denies it: a required arg is missing
+		}
+		if tg.Resolve == authz.ResolveNet {
+			c.areq.Resolved[i] = c.resolveNet(*v)
+			continue
+		}
+		c.areq.Resolved[i] = c.resolvePath(c.target(i), tg.Resolve, *v)
 	}
-	if c.areq.Path == nil || authz.CheckPath(*c.areq.Path) != "" {
-		return
+}
+
+// resolvePath resolves one path target beneath each root of the tool it
+// lies under, holding what it resolved in tg for the executor.
+func (c *call) resolvePath(tg *heldTarget, how authz.Resolve, unsafePath string) []authz.Resource {
+	t := c.tool
+	if authz.CheckPath(unsafePath) != "" {
+		return nil
 	}
-	matches := authz.MatchRoots(t, *c.areq.Path)
+	matches := authz.MatchRoots(t, unsafePath)
 	for _, m := range matches {
 		if authz.NeverMatch(t, m.Rel) {
-			return // denied as requested; the kernel is not asked
+			return nil // denied as requested; the kernel is not asked
 		}
 	}
+	var out []authz.Resource
 	roots := c.p.roots[c.req.Tool]
 	for _, m := range matches {
 		res := authz.Resource{Root: m.Index, RootPath: m.Root}
 		root := roots[m.Index]
 		if root == nil {
 			res.Outcome = authz.OutcomeNotFound
-			c.areq.Resolved = append(c.areq.Resolved, res)
+			out = append(out, res)
 			continue
 		}
 		var err error
-		if c.op.Resolve == authz.ResolveParent {
-			err = c.resolveParent(root, m, &res)
+		if how == authz.ResolveParent {
+			err = c.resolveParent(tg, root, m, &res)
 		} else {
-			err = c.resolveExisting(root, m, &res)
+			err = c.resolveExisting(tg, root, m, &res)
 		}
 		switch {
 		case err == nil:
@@ -62,8 +79,9 @@ func (c *call) resolve() {
 			c.d.log.Error("resolve failed", "err", err, "tool", c.req.Tool)
 			res.Outcome = authz.OutcomeError
 		}
-		c.areq.Resolved = append(c.areq.Resolved, res)
+		out = append(out, res)
 	}
+	return out
 }
 
 var errMisplaced = errors.New("resolved fd is not where expected")
@@ -79,7 +97,7 @@ func links(kind api.Kind, nlink uint64) uint64 {
 
 // resolveExisting resolves the whole path (read, list); the handle is kept
 // for the executor, which acts on it and never on the path.
-func (c *call) resolveExisting(root *securefs.Root, m authz.RootMatch, res *authz.Resource) error {
+func (c *call) resolveExisting(tg *heldTarget, root *securefs.Root, m authz.RootMatch, res *authz.Resource) error {
 	h, err := root.Resolve(m.Rel)
 	if err != nil {
 		return err
@@ -91,7 +109,10 @@ func (c *call) resolveExisting(root *securefs.Root, m authz.RootMatch, res *auth
 		h.Close()
 		return errMisplaced
 	}
-	c.handles[m.Index] = h
+	if tg.handles == nil {
+		tg.handles = map[int]*securefs.Handle{}
+	}
+	tg.handles[m.Index] = h
 	return nil
 }
 
@@ -110,9 +131,13 @@ func relBeneath(root *securefs.Root, h *securefs.Handle, res *authz.Resource) er
 }
 
 func (c *call) closeHandles() {
-	for _, h := range c.handles {
-		h.Close()
+	for i := range c.targets {
+		tg := &c.targets[i]
+		for _, h := range tg.handles {
+			h.Close()
+		}
+		tg.handles = nil
+		tg.closeParents()
 	}
-	c.handles = nil
-	c.closeParents()
+	c.targets = nil
 }

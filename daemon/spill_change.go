@@ -74,30 +74,23 @@ func (d *Daemon) parkedContent(pk *parked) ([]byte, bool) {
 		return nil, false
 	}
 	// The body was decoded strictly (exact keys, no repeats) when the
-	// call came in; only the content is needed here.
+	// call came in; its operation decodes its args again, as it did
+	// then, and says what the approval binds (authz.Args.Bound).
+	v := &pk.shown
+	if v.op == nil || v.t == nil {
+		return nil, false
+	}
 	var raw struct {
-		Args struct {
-			Content    *string         `json:"content"`
-			ContentB64 *string         `json:"content_b64"`
-			Body       json.RawMessage `json:"body"`
-		} `json:"args"`
+		Args json.RawMessage `json:"args"`
 	}
 	if json.Unmarshal(body, &raw) != nil {
 		return nil, false
 	}
-	var content []byte
-	switch {
-	case raw.Args.Content != nil:
-		content = []byte(*raw.Args.Content)
-	case raw.Args.ContentB64 != nil:
-		b, err := decodeB64(*raw.Args.ContentB64)
-		if err != nil {
-			return nil, false
-		}
-		content = b
-	case raw.Args.Body != nil:
-		content = raw.Args.Body
+	a, err := v.op.DecodeArgs(v.t, raw.Args)
+	if err != nil {
+		return nil, false
 	}
+	content := a.Bound
 	if sha256Of(content) != pk.content {
 		d.log.Error("a parked write's spilled content is not the content it was parked with", "approval_id", pk.id)
 		return nil, false

@@ -81,7 +81,7 @@ func FuzzStreamEvents(f *testing.F) {
 				em.output(ch.stream, ch.b)
 				want = append(want, sent{event: api.EventOutput, stream: ch.stream, raw: ch.b})
 			}
-			o = &outcome{ok: exit == 0, reason: api.ReasonAllowed, output: append(append([]byte(nil), out...), errOut...), stderr: stderr, exitCode: &exit}
+			o = &outcome{ok: exit == 0, reason: api.ReasonAllowed, output: append(append([]byte(nil), out...), errOut...), result: &execResult{stderr: stderr, exitCode: &exit}}
 		}
 		em.result(c.present(o))
 		want = append(want, sent{event: api.EventResult})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/errclass"
 	"github.com/sluicehq/sluice/internal/fileop"
@@ -24,18 +25,18 @@ type parentRef struct {
 	rootPath string
 }
 
-func (c *call) closeParents() {
-	for _, pr := range c.parents {
+func (t *heldTarget) closeParents() {
+	for _, pr := range t.parents {
 		pr.p.Close()
 	}
-	c.parents = nil
+	t.parents = nil
 }
 
 // resolveParent resolves the parent directory beneath the root and looks
 // at the final name without following it: a name that does not exist yet
 // is KindAbsent (a write creates it), a symlink is KindSymlink (a write
 // refuses it, a delete removes the link itself).
-func (c *call) resolveParent(root *securefs.Root, m authz.RootMatch, res *authz.Resource) error {
+func (c *call) resolveParent(tg *heldTarget, root *securefs.Root, m authz.RootMatch, res *authz.Resource) error {
 	pp, err := fileop.ResolveParent(root, m.Rel)
 	if err != nil {
 		return err
@@ -58,10 +59,10 @@ func (c *call) resolveParent(root *securefs.Root, m authz.RootMatch, res *authz.
 	}
 	res.Outcome, res.Kind, res.Path, res.Rel = authz.OutcomeOK, cur.Kind, abs, rel
 	res.Links = links(cur.Kind, cur.Nlink)
-	if c.parents == nil {
-		c.parents = map[int]*parentRef{}
+	if tg.parents == nil {
+		tg.parents = map[int]*parentRef{}
 	}
-	c.parents[m.Index] = &parentRef{p: pp, root: root, rootPath: m.Root}
+	tg.parents[m.Index] = &parentRef{p: pp, root: root, rootPath: m.Root}
 	return nil
 }
 
@@ -93,7 +94,11 @@ func (c *call) commitCheck(cur fileop.Current) error {
 		// reason, precondition_failed, is the one errclass finds.
 		return fmt.Errorf("%w: %w", fileop.ErrChanged, errHardLinked)
 	}
-	return fileop.MatchIfMatchContext(c.ctx, c.ifMatch, cur)
+	var ifMatch string
+	if p, ok := c.areq.Args.(interface{ Precondition() string }); ok {
+		ifMatch = p.Precondition() // a write's or delete's if_match
+	}
+	return fileop.MatchIfMatchContext(c.ctx, ifMatch, cur)
 }
 
 func (c *call) commitOutcome(err error, op string) *outcome {
@@ -109,13 +114,30 @@ func (c *call) commitOutcome(err error, op string) *outcome {
 // digest and size, and durable says whether it survives a crash.
 func (c *call) committed(err error, op, digest string, size int64) *outcome {
 	durable := err == nil
-	o := &outcome{ok: true, reason: api.ReasonAllowed, digest: digest, size: size, durable: &durable}
+	o := &outcome{ok: true, reason: api.ReasonAllowed, result: &fileResult{digest: digest, size: size, durable: &durable}}
 	if !durable {
 		c.d.log.Error(op+" committed but not durable", "err", err, "call_id", c.id)
 		o.reason = api.ReasonNotDurable
 	}
 	return o
 }
+
+// fileResult is what a committed write or delete left: the sha256 and
+// size of what it wrote or removed, and whether the commit is durable
+// (false when the directory fsync after it failed).
+type fileResult struct {
+	digest  string
+	size    int64
+	durable *bool
+}
+
+func (r *fileResult) wire(res *api.CallResult) { res.SHA256, res.Durable = r.digest, r.durable }
+
+func (r *fileResult) record(rec *audit.Record) {
+	rec.Result.SHA256, rec.Result.Size, rec.Result.Durable = r.digest, r.size, r.durable
+}
+
+func (r *fileResult) answered() bool { return false }
 
 // checkParentAt runs right before the temp name is created: the parent
 // must still be where the decision record says (its rel, from the

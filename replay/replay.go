@@ -6,7 +6,6 @@
 package replay
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"path"
@@ -139,10 +138,13 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool) {
 	t := m.Tools[rec.Tool]
 	o := authz.LookupOp(rec.Operation)
-	if o == nil && t != nil {
-		// The tool was unknown when decided: its args were recorded as
-		// given; read them as the tool that has the name now would.
-		o = authz.LookupOp(t.Operation)
+	if t != nil {
+		// Decided as the tool that has the name now would: its own
+		// operation reads the args as recorded (a tool unknown when
+		// decided had its args recorded as given).
+		if now := authz.LookupOp(t.Operation); now != nil {
+			o = now
+		}
 	}
 	var a authz.Args
 	if o != nil {
@@ -162,50 +164,46 @@ func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool
 		req.ArgsError = "invalid args (recorded)"
 	}
 	subject := ""
-	switch {
-	case a.Path != nil:
-		subject = *a.Path
-	case a.Argv != nil:
-		b, _ := json.Marshal(a.Argv)
-		subject = string(b)
-	case a.URL != nil:
-		// The URL as recorded (query values by digest), not the one
-		// rebuilt to decide on.
-		var u struct {
-			URL string `json:"url"`
-		}
-		_ = json.Unmarshal(rec.Args, &u)
-		subject = u.URL
+	if a.Value != nil {
+		subject = a.Value.Subject()
 	}
-	var recorded []authz.Resource
-	if len(rec.Resolved) > 0 {
-		_ = json.Unmarshal(rec.Resolved, &recorded)
-	}
-	if t != nil && a.URL != nil && authz.LookupOp(t.Operation).Resolve == authz.ResolveNet {
-		// A fetch's or post's one lookup of its host, as recorded: the
-		// addresses are what the decision checks. A host never looked
-		// up (its URL was refused when recorded) counts as a name that
-		// did not resolve.
-		if len(recorded) == 1 {
-			req.Resolved = recorded[:1]
-		} else {
-			req.Resolved = []authz.Resource{{Outcome: authz.OutcomeNotFound}}
-		}
+	if t == nil || o == nil || len(o.Targets) == 0 {
 		return req, subject, true
 	}
-	if t == nil || a.Path == nil || authz.CheckPath(*a.Path) != "" {
-		return req, subject, true
-	}
-	for _, mt := range authz.MatchRoots(t, *a.Path) {
-		res := authz.Resource{Root: mt.Index, RootPath: mt.Root, Outcome: authz.OutcomeNotFound}
-		for _, r := range recorded {
-			if r.RootPath != "" && path.Clean(r.RootPath) == path.Clean(mt.Root) {
-				res = r
-				res.Root = mt.Index
-				break
+	recorded := o.ResolvedFromRecord(rec.Resolved)
+	req.Resolved = make([][]authz.Resource, len(o.Targets))
+	for i := range o.Targets {
+		tg := &o.Targets[i]
+		v := tg.Value(a.Value)
+		if v == nil {
+			continue
+		}
+		if tg.Resolve == authz.ResolveNet {
+			// A fetch's or post's one lookup of its host, as recorded:
+			// the addresses are what the decision checks. A host never
+			// looked up (its URL was refused when recorded) counts as a
+			// name that did not resolve.
+			if len(recorded[i]) == 1 {
+				req.Resolved[i] = recorded[i][:1]
+			} else {
+				req.Resolved[i] = []authz.Resource{{Outcome: authz.OutcomeNotFound}}
 			}
+			continue
 		}
-		req.Resolved = append(req.Resolved, res)
+		if authz.CheckPath(*v) != "" {
+			continue
+		}
+		for _, mt := range authz.MatchRoots(t, *v) {
+			res := authz.Resource{Root: mt.Index, RootPath: mt.Root, Outcome: authz.OutcomeNotFound}
+			for _, r := range recorded[i] {
+				if r.RootPath != "" && path.Clean(r.RootPath) == path.Clean(mt.Root) {
+					res = r
+					res.Root = mt.Index
+					break
+				}
+			}
+			req.Resolved[i] = append(req.Resolved[i], res)
+		}
 	}
 	return req, subject, true
 }

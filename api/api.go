@@ -96,8 +96,13 @@ const (
 	OpWrite   Operation = "write"
 	OpDelete  Operation = "delete"
 	OpExecute Operation = "execute"
-	OpFetch   Operation = "fetch" // performed by the daemon: GET or HEAD of an allowed URL
-	OpPost    Operation = "post"  // performed by the daemon: a JSON body to an allowed webhook
+	OpFetch   Operation = "fetch"  // performed by the daemon: GET or HEAD of an allowed URL
+	OpPost    Operation = "post"   // performed by the daemon: a JSON body to an allowed webhook
+	OpStat    Operation = "stat"   // what a path is: type, size, mode, mtime, a regular file's sha256
+	OpSearch  Operation = "search" // names by glob and lines by RE2 beneath a directory
+	OpEdit    Operation = "edit"   // exact replacements in a file, committed as a write is
+	OpMove    Operation = "move"   // a rename beneath the roots that never replaces
+	OpMkdir   Operation = "mkdir"  // a directory, and with parents each missing one above it
 )
 
 // WriteMode is how a write may treat the file at its path.
@@ -148,9 +153,65 @@ type CallRequest struct {
 	Stream bool            `json:"stream,omitempty"`
 }
 
-// PathArgs are the args of read and list tools.
+// PathArgs are the args of tools that take a path alone (stat).
 type PathArgs struct {
 	Path *string `json:"path"`
+}
+
+// ReadArgs are the args of read tools. Offset (the first line, from 1)
+// and Limit (lines) select a range, Tail the last lines; none: the whole
+// file up to max_bytes.
+type ReadArgs struct {
+	Path   *string `json:"path"`
+	Offset *int64  `json:"offset,omitempty"`
+	Limit  *int64  `json:"limit,omitempty"`
+	Tail   *int64  `json:"tail,omitempty"`
+}
+
+// ListArgs are the args of list tools: Depth levels below path (1, the
+// default, is the directory itself), Sizes to give files' sizes.
+type ListArgs struct {
+	Path  *string `json:"path"`
+	Depth *int    `json:"depth,omitempty"`
+	Sizes bool    `json:"sizes,omitempty"`
+}
+
+// SearchArgs are the args of search tools: names by glob (Name), lines
+// by an RE2 regular expression (Content), or both.
+type SearchArgs struct {
+	Path       *string `json:"path"`
+	Name       string  `json:"name,omitempty"`
+	Content    string  `json:"content,omitempty"`
+	MaxResults *int    `json:"max_results,omitempty"`
+}
+
+// Edit is one exact replacement: OldText must occur exactly once in the
+// file as the edits before it left it.
+type Edit struct {
+	OldText string `json:"old_text"`
+	NewText string `json:"new_text"`
+}
+
+// EditArgs are the args of edit tools.
+type EditArgs struct {
+	Path    *string `json:"path"`
+	Edits   []Edit  `json:"edits"`
+	DryRun  bool    `json:"dry_run,omitempty"`
+	IfMatch string  `json:"if_match,omitempty"`
+}
+
+// MoveArgs are the args of move tools: Path moves to To, which must not
+// exist.
+type MoveArgs struct {
+	Path    *string `json:"path"`
+	To      *string `json:"to"`
+	IfMatch string  `json:"if_match,omitempty"`
+}
+
+// MkdirArgs are the args of mkdir tools.
+type MkdirArgs struct {
+	Path    *string `json:"path"`
+	Parents bool    `json:"parents,omitempty"`
 }
 
 // WriteArgs are the args of write tools.
@@ -219,6 +280,11 @@ type CallResult struct {
 	// HTTPStatus and ContentType are a fetch's or post's response's.
 	HTTPStatus  int    `json:"http_status,omitempty"`
 	ContentType string `json:"content_type,omitempty"`
+	// Size is a read file's whole size in bytes, whatever part of it the
+	// output holds; NextOffset the line to read from next when a limit
+	// or max_bytes cut the output.
+	Size       *int64 `json:"size,omitempty"`
+	NextOffset *int64 `json:"next_offset,omitempty"`
 }
 
 // OpaqueDenial is what a caller sees of a denial under deny_detail "opaque".
@@ -233,6 +299,33 @@ type Entry struct {
 	Name string `json:"name"`
 	Type string `json:"type"` // file, dir, symlink, other
 	Size int64  `json:"size"`
+	// Children are a directory's entries when the list went deeper
+	// (args.depth above 1).
+	Children []Entry `json:"children,omitempty"`
+}
+
+// Stat is the JSON document a stat tool returns as its output.
+type Stat struct {
+	Type  Kind   `json:"type"`
+	Size  int64  `json:"size"`
+	Mode  string `json:"mode"`  // permission bits in octal, "0644"
+	MTime string `json:"mtime"` // RFC 3339, nanoseconds, UTC
+	// SHA256 is a regular file's digest, up to 64 MiB.
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// SearchMatch is one hit of a search tool: a path relative to the
+// searched directory, and for a content search the line and its number.
+type SearchMatch struct {
+	Path string `json:"path"`
+	Line int    `json:"line,omitempty"`
+	Text string `json:"text,omitempty"`
+}
+
+// SearchResults is the JSON document a search tool returns as its output.
+type SearchResults struct {
+	Matches   []SearchMatch `json:"matches"`
+	Truncated bool          `json:"truncated"`
 }
 
 // Listing is the JSON document a list tool returns as its output.

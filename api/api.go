@@ -401,6 +401,23 @@ type Tool struct {
 	// Network says the tool reaches the network: a fetch or post, or a
 	// command with egress (through sluiced's proxy, to allowed hosts).
 	Network bool `json:"network,omitempty"`
+	// Hints are what the tool's operation says of its effects, as MCP's
+	// tool annotations carry them (sluice mcp passes them on).
+	Hints ToolHints `json:"hints"`
+}
+
+// ToolHints say what calling a tool may do, for a client that shows or
+// schedules calls (MCP's readOnlyHint, destructiveHint, idempotentHint;
+// openWorldHint is Tool.Network).
+type ToolHints struct {
+	// ReadOnly: the call changes nothing outside sluiced.
+	ReadOnly bool `json:"read_only"`
+	// Destructive: the call may change or remove what exists (a write, a
+	// delete, a move); false for one that only adds.
+	Destructive bool `json:"destructive"`
+	// Idempotent: calling it again with the same args has no further
+	// effect.
+	Idempotent bool `json:"idempotent"`
 }
 
 // Tools is the body of GET /v1/tools.

@@ -374,3 +374,20 @@ func TestForeignArgsFailClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestHintsAgreeWithEffects: an operation that says it is read-only
+// destroys nothing and changes no file; one that changes files beneath its
+// roots says it is destructive (the hints /v1/tools and sluice mcp publish
+// come from here alone). A fetch has effects (it leaves the host) and is
+// still read-only, as MCP means it.
+func TestHintsAgreeWithEffects(t *testing.T) {
+	for _, o := range ops {
+		h := o.Hints
+		if h.ReadOnly && (h.Destructive || o.WritesRoots()) {
+			t.Errorf("%s: read-only hint but destructive %v, writes roots %v", o.Name, h.Destructive, o.WritesRoots())
+		}
+		if o.WritesRoots() && !h.Destructive {
+			t.Errorf("%s: changes files beneath its roots but is not destructive", o.Name)
+		}
+	}
+}

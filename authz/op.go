@@ -46,6 +46,9 @@ type Op struct {
 	// Binds: an approval binds the call to its Args.Bound (a write's
 	// content, a post's body): approved, it must carry the same bytes.
 	Binds bool
+	// Hints are what /v1/tools says of the operation's effects (MCP's
+	// tool annotations).
+	Hints api.ToolHints
 
 	validate []validator
 	// decode fills a from a request's args: type errors are errors (the

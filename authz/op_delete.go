@@ -23,6 +23,7 @@ func (a *DeleteArgs) Precondition() string { return a.IfMatch }
 // args {"path", "if_match"?}.
 var opDelete = Op{
 	Name:     api.OpDelete,
+	Hints:    api.ToolHints{Destructive: true},
 	Keys:     []string{"roots"},
 	Targets:  pathTarget(ResolveParent, func(a *DeleteArgs) *string { return a.Path }),
 	Effects:  true,

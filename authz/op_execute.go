@@ -26,7 +26,8 @@ func (a *ExecArgs) Subject() string {
 // opExecute runs one of the tool's allowed argv lists in a sandbox: args
 // {"argv"?} (the only command when omitted), matched exactly.
 var opExecute = Op{
-	Name: api.OpExecute,
+	Name:  api.OpExecute,
+	Hints: api.ToolHints{},
 	Keys: []string{"commands", "mounts", "cwd", "env", "timeout_ms", "memory_mb", "pids", "cpus",
 		"seccomp", "pool", "pool_max", "max_open_files", "egress"},
 	Effects:  true,

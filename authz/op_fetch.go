@@ -50,6 +50,7 @@ func urlTarget[A OpArgs](url func(A) *string) []Target {
 // goes to exactly the address that was checked (docs/egress.md).
 var opFetch = Op{
 	Name:     api.OpFetch,
+	Hints:    api.ToolHints{ReadOnly: true, Idempotent: true},
 	Keys:     []string{"hosts", "schemes", "max_redirects", "allowed_headers", "insecure_allow_private", "timeout_ms"},
 	Targets:  urlTarget(func(a *FetchArgs) *string { return a.URL }),
 	net:      (*netpolicy.Policy).AuthorizeURL,

@@ -17,6 +17,7 @@ func (a *ListArgs) Subject() string { return derefOr(a.Path) }
 // opList lists a directory beneath a root: args {"path"}.
 var opList = Op{
 	Name:     api.OpList,
+	Hints:    api.ToolHints{ReadOnly: true, Idempotent: true},
 	Keys:     []string{"roots"},
 	Targets:  pathTarget(ResolveExisting, func(a *ListArgs) *string { return a.Path }),
 	validate: []validator{validateRoots},

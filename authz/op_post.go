@@ -33,6 +33,7 @@ func (a *PostArgs) Subject() string {
 // and length; an approver sees the body itself.
 var opPost = Op{
 	Name:     api.OpPost,
+	Hints:    api.ToolHints{},
 	Keys:     []string{"webhooks", "max_request_bytes", "schemes", "insecure_allow_private", "timeout_ms"},
 	Targets:  urlTarget(func(a *PostArgs) *string { return a.URL }),
 	net:      (*netpolicy.Policy).AuthorizeWebhook,

@@ -17,6 +17,7 @@ func (a *ReadArgs) Subject() string { return derefOr(a.Path) }
 // opRead reads a file beneath a root: args {"path"}, at most max_bytes.
 var opRead = Op{
 	Name:     api.OpRead,
+	Hints:    api.ToolHints{ReadOnly: true, Idempotent: true},
 	Keys:     []string{"roots"},
 	Targets:  pathTarget(ResolveExisting, func(a *ReadArgs) *string { return a.Path }),
 	validate: []validator{validateRoots},

@@ -39,6 +39,7 @@ func (a *WriteArgs) Precondition() string { return a.IfMatch }
 // content's digest and length, never the body.
 var opWrite = Op{
 	Name:     api.OpWrite,
+	Hints:    api.ToolHints{Destructive: true},
 	Keys:     []string{"roots", "mode", "file_mode"},
 	Targets:  pathTarget(ResolveParent, func(a *WriteArgs) *string { return a.Path }),
 	Effects:  true,

@@ -152,7 +152,7 @@ func (d *Daemon) handleTools(w http.ResponseWriter, r *http.Request, peer Peer) 
 		t := p.m.Tools[tn]
 		out.Tools = append(out.Tools, api.Tool{
 			Name: tn, Operation: t.Operation, Description: describe(tn, t), ArgsSchema: argsSchema(t),
-			Network: reachesNetwork(t),
+			Network: reachesNetwork(t), Hints: hintsOf(t),
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -163,6 +163,15 @@ func (d *Daemon) handleTools(w http.ResponseWriter, r *http.Request, peer Peer) 
 func reachesNetwork(t *authz.Tool) bool {
 	o := authz.LookupOp(t.Operation)
 	return (o != nil && o.Network()) || t.Egress != nil
+}
+
+// hintsOf is what t's operation says of its effects; none for an
+// operation sluiced does not know (nothing is promised).
+func hintsOf(t *authz.Tool) api.ToolHints {
+	if o := authz.LookupOp(t.Operation); o != nil {
+		return o.Hints
+	}
+	return api.ToolHints{}
 }
 
 func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request, peer Peer) {

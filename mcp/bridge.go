@@ -287,32 +287,25 @@ func mcpTool(t api.Tool) (*sdk.Tool, error) {
 	}
 	return &sdk.Tool{
 		Name: t.Name, Description: t.Description, InputSchema: json.RawMessage(t.ArgsSchema),
-		OutputSchema: json.RawMessage(outputSchema), Annotations: annotations(t.Operation, t.Network),
+		OutputSchema: json.RawMessage(outputSchema), Annotations: annotations(t),
 	}, nil
 }
 
-// annotations are the MCP hints for an operation. File tools and commands
-// are local (openWorldHint false): files beneath its roots, or a command in
-// a container with no network (an execute tool's container sees a
-// read-only view and cannot change the host, so it is not destructive).
-// fetch and post reach the internet (openWorldHint true: /v1/tools says
-// network), and so does a command with egress: a fetch only reads; a post
-// adds (a webhook), it destroys nothing.
-func annotations(op api.Operation, network bool) *sdk.ToolAnnotations {
-	no, yes := false, true
+// annotations are the MCP hints of a tool, as its operation's unit
+// publishes them in /v1/tools (hints), with no knowledge here of any
+// operation: openWorldHint is the tool's network (a fetch, a post, a
+// command with egress); destructiveHint is said only of a tool that is
+// not read-only, as MCP defines it.
+func annotations(t api.Tool) *sdk.ToolAnnotations {
+	network := t.Network
 	a := &sdk.ToolAnnotations{OpenWorldHint: &network}
-	switch op {
-	case api.OpRead, api.OpList:
-		a.ReadOnlyHint, a.IdempotentHint = true, true
-	case api.OpWrite, api.OpDelete:
-		a.DestructiveHint = &yes
-	case api.OpExecute:
-		a.DestructiveHint = &no
-	case api.OpFetch:
-		a.ReadOnlyHint, a.IdempotentHint = true, true
-	case api.OpPost:
-		a.DestructiveHint = &no
+	if t.Hints.ReadOnly {
+		a.ReadOnlyHint = true
+	} else {
+		destructive := t.Hints.Destructive
+		a.DestructiveHint = &destructive
 	}
+	a.IdempotentHint = t.Hints.Idempotent
 	return a
 }
 

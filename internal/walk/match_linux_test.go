@@ -40,7 +40,7 @@ func matchedLines(m *matcher, buf []byte) []string {
 }
 
 var matchPatterns = []string{
-	"NEEDLE", "", "x*", `\bfoo\b`, `\Bfoo`, `foo\B`, `^foo`, `foo$`, `^$`, `(?m)^foo$`, `\Afoo`, `foo\z`,
+	"NEEDLE", "", "x*", `\B`, `\bfoo\b`, `\Bfoo`, `foo\B`, `^foo`, `foo$`, `^$`, `(?m)^foo$`, `\Afoo`, `foo\z`,
 	`o\no`, `(?s)o.o`, `[^a]+`, `\s+foo`, `a|^b`, `(?i)FOO`, `.`, `\n`, `f.o`,
 }
 

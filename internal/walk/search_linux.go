@@ -129,11 +129,12 @@ func (w *walker) searchContent(root *dirRef, q Query) {
 			}
 			off := int32(0)
 			for _, n := range j.lens {
-				if !w.emit(j.out[off : off+n]) {
+				if !w.fits(int(n)) {
 					break
 				}
 				off += n
 			}
+			w.emitPart(j.out[:off])
 		}
 	}()
 	w.visit = func(d *dirRef, rel, name string, k kind, st *unix.Stat_t) {
@@ -355,9 +356,15 @@ func (m *matcher) lines(buf []byte, fn func(n int, line []byte) bool) {
 		if i := bytes.IndexByte(buf[at:], '\n'); i >= 0 {
 			le = at + i
 		}
+		if ls == len(buf) {
+			return // an empty match after the last newline: no line there
+		}
 		lineNo += bytes.Count(buf[counted:ls], []byte{'\n'})
 		counted = ls
-		if m.re.Match(buf[ls:le]) && !fn(lineNo, buf[ls:le]) {
+		// A match that lies within the line is a match of the line
+		// alone (its edges look the same: see above); one that spans a
+		// newline says nothing of the line, which is matched on its own.
+		if (off+loc[1] <= le || m.re.Match(buf[ls:le])) && !fn(lineNo, buf[ls:le]) {
 			return
 		}
 		off = le + 1

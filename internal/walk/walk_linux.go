@@ -116,8 +116,11 @@ type walker struct {
 	// the same however the goroutines were scheduled, and so cannot
 	// depend on what hidden entries cost to skip.
 	pending tally
-	// The emitter's: out, records and total.
-	out     []byte
+	// The emitter's: the output (whole parts, joined once at the end:
+	// no copying as it grows), its size, records and total.
+	parts   [][]byte
+	cur     []byte // lines emitted one by one, not yet a part
+	size    int64
 	records int
 	total   tally
 }
@@ -189,10 +192,10 @@ func (w *walker) apply(t *tally) {
 	}
 }
 
-// emit appends one record (a whole line) if it fits both caps; else it
-// marks the cap and ends the output and the walk. Only the emitter calls
-// it.
-func (w *walker) emit(line []byte) bool {
+// fits counts one record of n bytes (a whole line) if it fits both
+// caps; else it marks the cap and ends the output and the walk. Only the
+// emitter calls it.
+func (w *walker) fits(n int) bool {
 	if w.full.Load() {
 		return false
 	}
@@ -200,7 +203,7 @@ func (w *walker) emit(line []byte) bool {
 	switch {
 	case w.records >= w.o.MaxResults:
 		cap = LimitResults
-	case int64(len(w.out)+len(line)) > w.o.MaxBytes:
+	case w.size+int64(n) > w.o.MaxBytes:
 		cap = LimitBytes
 	}
 	if cap != "" {
@@ -209,9 +212,43 @@ func (w *walker) emit(line []byte) bool {
 		w.halt.Store(true)
 		return false
 	}
-	w.out = append(w.out, line...)
 	w.records++
+	w.size += int64(n)
 	return true
+}
+
+// emit appends one record if it fits.
+func (w *walker) emit(line []byte) bool {
+	if !w.fits(len(line)) {
+		return false
+	}
+	w.cur = append(w.cur, line...)
+	return true
+}
+
+// emitPart appends records already laid out in b (which the walker then
+// owns and never changes).
+func (w *walker) emitPart(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if len(w.cur) > 0 {
+		w.parts = append(w.parts, w.cur)
+		w.cur = nil
+	}
+	w.parts = append(w.parts, b)
+}
+
+// output joins the parts.
+func (w *walker) output() []byte {
+	if len(w.parts) == 0 {
+		return w.cur
+	}
+	out := make([]byte, 0, w.size)
+	for _, p := range w.parts {
+		out = append(out, p...)
+	}
+	return append(out, w.cur...)
 }
 
 // emitNow is emit for a walk that emits as it goes (names, trees): what
@@ -227,7 +264,7 @@ func (w *walker) emitNow(line []byte) bool {
 func (w *walker) result() (*Result, error) {
 	t := w.take()
 	w.apply(&t)
-	r := &Result{Out: w.out, Records: w.records, Limits: w.total.limits, Truncated: len(w.total.limits) > 0, Stats: w.total.s}
+	r := &Result{Out: w.output(), Records: w.records, Limits: w.total.limits, Truncated: len(w.total.limits) > 0, Stats: w.total.s}
 	if slices.Contains(r.Limits, LimitCanceled) {
 		return r, w.ctx.Err()
 	}

@@ -64,7 +64,9 @@ func Search(ctx context.Context, dir *os.File, q Query, o Options) (*Result, err
 		root.release()
 		return w.result()
 	}
-	w.searchContent(root, q)
+	if err := w.searchContent(root, q); err != nil {
+		return nil, err
+	}
 	return w.result()
 }
 
@@ -84,12 +86,21 @@ type fileJob struct {
 // searchContent runs the walk in this goroutine, the file reads on a
 // bounded pool and the in-order emission in a collector. The window of
 // jobs in flight bounds memory and the directory fds they hold.
-func (w *walker) searchContent(root *dirRef, q Query) {
+func (w *walker) searchContent(root *dirRef, q Query) error {
 	workers := w.o.Workers
 	if workers <= 0 {
 		workers = min(runtime.GOMAXPROCS(0), 8)
 	}
 	m := newMatcher(q.Content)
+	// /proc/self/fd, held for the walk: each re-open of a file's O_PATH
+	// fd is then one lookup of its number, not of four components.
+	procFD, err := unix.Open("/proc/self/fd", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		root.release()
+		return &os.PathError{Op: "walk: open", Path: "/proc/self/fd", Err: err}
+	}
+	defer unix.Close(procFD)
+	w.procFD = procFD
 	jobs := make(chan *fileJob, workers)
 	order := make(chan *fileJob, workers*16)
 	var wg sync.WaitGroup
@@ -152,6 +163,7 @@ func (w *walker) searchContent(root *dirRef, q Query) {
 	close(order)
 	wg.Wait()
 	<-collected
+	return nil
 }
 
 // searchFile opens j beneath its directory O_PATH, reads it only if it is
@@ -180,7 +192,7 @@ func (w *walker) searchFile(j *fileJob, m *matcher, bufp *[]byte) {
 		j.t.s.HardLinked++
 		return
 	}
-	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+	fd, err := unix.Openat(w.procFD, strconv.Itoa(pfd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		j.t.s.Errors++
 		return

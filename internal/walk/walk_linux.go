@@ -104,6 +104,7 @@ type walker struct {
 	depthCuts        bool // a directory not entered at maxDepth is a cut
 	needStat         bool // fstatat every entry (sizes)
 	visit            func(d *dirRef, rel, name string, k kind, st *unix.Stat_t)
+	procFD           int // /proc/self/fd (content search)
 
 	// halt stops the walk; full says the output is capped (and halts).
 	halt, full atomic.Bool

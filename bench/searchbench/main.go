@@ -31,6 +31,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/authz"
@@ -107,18 +108,19 @@ func run(dir string, files int, keep bool) error {
 		{"content, common, 64 KiB cap", walk.Query{Content: regexp.MustCompile(`func [a-z]+_[0-9]+\(`)},
 			walk.Options{Skip: skip, RefuseHardLinks: true}, nil},
 	}
-	fmt.Printf("GOMAXPROCS=%d, %s; one run each after a warm-up; sluice in-process (no socket), grep/find as processes\n", runtime.GOMAXPROCS(0), runtime.Version())
-	fmt.Printf("%-30s %10s %9s  %-44s %10s %8s %7s\n", "case", "sluice", "results", "baseline", "time", "lines", "ratio")
+	fmt.Printf("GOMAXPROCS=%d, %s; one run each after a warm-up; sluice in-process (no socket), grep/find as processes;\n", runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Printf("cpu is user+system time (this process's for sluice, the child's for the baseline): steadier than wall time on a shared machine\n\n")
+	fmt.Printf("%-28s %10s %9s %8s | %-40s %10s %9s %7s | %6s %6s\n", "case", "sluice", "cpu", "results", "baseline", "time", "cpu", "lines", "wall×", "cpu×")
 	for _, r := range rows {
-		do := func() (time.Duration, *walk.Result, error) {
-			t0 := time.Now()
+		do := func() (time.Duration, time.Duration, *walk.Result, error) {
+			c0, t0 := cpuSelf(), time.Now()
 			res, err := search(tree, r.q, r.o)
-			return time.Since(t0), res, err
+			return time.Since(t0), cpuSelf() - c0, res, err
 		}
-		if _, _, err := do(); err != nil { // warm-up
+		if _, _, _, err := do(); err != nil { // warm-up
 			return err
 		}
-		d, res, err := do()
+		d, cpu, res, err := do()
 		if err != nil {
 			return err
 		}
@@ -127,22 +129,24 @@ func run(dir string, files int, keep bool) error {
 			note = " (truncated: " + strings.Join(res.Limits, ",") + ")"
 		}
 		if len(r.other) == 0 {
-			fmt.Printf("%-30s %10s %9d  %s\n", r.name, ms(d), res.Records, note)
+			fmt.Printf("%-28s %10s %9s %8d | %s\n", r.name, ms(d), ms(cpu), res.Records, note)
 		}
 		for i, argv := range r.other {
 			exec.Command(argv[0], argv[1:]...).Run() // warm-up
+			cmd := exec.Command(argv[0], argv[1:]...)
 			t0 := time.Now()
-			out, err := exec.Command(argv[0], argv[1:]...).Output()
+			out, err := cmd.Output()
 			od := time.Since(t0)
 			if err != nil && len(out) == 0 {
 				return fmt.Errorf("%s: %v", strings.Join(argv, " "), err)
 			}
+			ocpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 			label := r.name
 			if i > 0 {
-				label, note = "", ""
+				label = ""
 			}
-			fmt.Printf("%-30s %10s %9d  %-44s %10s %8d %6.2fx%s\n", label, ms(d), res.Records,
-				shortArgv(argv, tree), ms(od), bytes.Count(out, []byte{'\n'}), float64(d)/float64(od), note)
+			fmt.Printf("%-28s %10s %9s %8d | %-40s %10s %9s %7d | %5.2fx %5.2fx%s\n", label, ms(d), ms(cpu), res.Records,
+				shortArgv(argv, tree), ms(od), ms(ocpu), bytes.Count(out, []byte{'\n'}), float64(d)/float64(od), float64(cpu)/float64(ocpu), note)
 		}
 	}
 	return nil
@@ -164,12 +168,19 @@ func search(tree string, q walk.Query, o walk.Options) (*walk.Result, error) {
 	return walk.Search(context.Background(), h.File(), q, o)
 }
 
+// cpuSelf is this process's user+system time so far (every thread).
+func cpuSelf() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
 func shortArgv(argv []string, tree string) string {
 	s := strings.ReplaceAll(strings.Join(argv, " "), tree, "TREE")
-	if len(s) > 44 {
-		s = s[:41] + "..."
+	if len(s) > 40 {
+		s = s[:37] + "..."
 	}
 	return s
 }

@@ -157,12 +157,16 @@ func (w *walker) searchContent(root *dirRef, q Query) error {
 		order <- j
 		jobs <- j
 	}
+	// Deferred, so that the pool and the collector end even if a
+	// caller's Skip or Name panics.
+	defer func() {
+		root.release()
+		close(jobs)
+		close(order)
+		wg.Wait()
+		<-collected
+	}()
 	w.walkDir(root, "", 1)
-	root.release()
-	close(jobs)
-	close(order)
-	wg.Wait()
-	<-collected
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -536,5 +537,56 @@ func TestRefusals(t *testing.T) {
 	}
 	if _, err := Search(context.Background(), openDir(t, root, "a.go"), Query{Name: mustGlob("*")}, Options{Skip: SkipNone}); !errors.Is(err, unix.ENOTDIR) {
 		t.Errorf("a file as the start: %v", err)
+	}
+}
+
+// TestDeterministic: on a tree of a few hundred files the result is the
+// same with one worker as with eight, at every cap.
+func TestDeterministic(t *testing.T) {
+	root := t.TempDir()
+	for i := range 300 {
+		p := filepath.Join(root, fmt.Sprintf("d%d/e%d", i%7, i%5), fmt.Sprintf("f%03d.txt", i))
+		testutil.Must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		testutil.Must(t, os.WriteFile(p, []byte(strings.Repeat(fmt.Sprintf("line %d NEEDLE\nfiller\n", i), i%4+1)), 0o644))
+	}
+	for _, o := range []Options{{}, {MaxResults: 37}, {MaxBytes: 5000}, {MaxEntries: 100}, {MaxDepth: 2}, {MaxFileBytes: 20}} {
+		var first *Result
+		for _, workers := range []int{1, 2, 8} {
+			o.Workers = workers
+			r, err := Search(context.Background(), openDir(t, root, "."), Query{Content: mustRE(needle)}, opts(modes[0], o))
+			testutil.Must(t, err)
+			if first == nil {
+				first = r
+			} else if !reflect.DeepEqual(r, first) {
+				t.Errorf("%+v: %d workers gave another result: %d records %q, then %d records %q", o, workers, first.Records, first.Limits, r.Records, r.Limits)
+			}
+		}
+	}
+}
+
+func TestMaxScan(t *testing.T) {
+	_, root := fixture(t, false)
+	r, err := Search(context.Background(), openDir(t, root, "."), Query{Name: mustGlob("*")}, opts(modes[0], Options{MaxScan: 5}))
+	testutil.Must(t, err)
+	if !r.Truncated || !reflect.DeepEqual(r.Limits, []string{LimitScan}) || r.Records != 0 {
+		t.Errorf("%+v", r)
+	}
+}
+
+// TestCancelContent: a content search canceled mid-walk returns the
+// error and a result marked canceled.
+func TestCancelContent(t *testing.T) {
+	_, root := fixture(t, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	r, err := Search(ctx, openDir(t, root, "."), Query{Name: func(string) bool {
+		if calls++; calls == 2 {
+			cancel()
+		}
+		return true
+	}, Content: mustRE(needle)}, opts(modes[0], Options{}))
+	if !errors.Is(err, context.Canceled) || !r.Truncated || !slices.Contains(r.Limits, LimitCanceled) {
+		t.Errorf("%v %+v", err, r)
 	}
 }

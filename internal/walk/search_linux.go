@@ -76,8 +76,8 @@ type fileJob struct {
 	dir       *dirRef
 	name, rel string
 	done      chan struct{}
-	out       []byte  // records, whole lines
-	lens      []int32 // each record's length in out
+	out       []byte // records, whole lines
+	lens      []int  // each record's length in out
 	// before is what the walk counted up to this file; t what reading
 	// it counted and marked.
 	before, t tally
@@ -138,9 +138,9 @@ func (w *walker) searchContent(root *dirRef, q Query) error {
 			if w.full.Load() {
 				continue
 			}
-			off := int32(0)
+			off := 0
 			for _, n := range j.lens {
-				if !w.fits(int(n)) {
+				if !w.fits(n) {
 					break
 				}
 				off += n
@@ -241,7 +241,7 @@ func (w *walker) searchFile(j *fileJob, m *matcher, bufp *[]byte) {
 			j.out = append(j.out, `,"cut":true`...)
 		}
 		j.out = append(j.out, "}\n"...)
-		j.lens = append(j.lens, int32(len(j.out)-start))
+		j.lens = append(j.lens, len(j.out)-start)
 		// The collector cuts at these caps anyway: one record past either
 		// is all it needs to see that there was more.
 		return len(j.lens) <= w.o.MaxResults && int64(len(j.out)) <= w.o.MaxBytes

@@ -200,15 +200,15 @@ func (w *walker) fits(n int) bool {
 	if w.full.Load() {
 		return false
 	}
-	cap := ""
+	limit := ""
 	switch {
 	case w.records >= w.o.MaxResults:
-		cap = LimitResults
+		limit = LimitResults
 	case w.size+int64(n) > w.o.MaxBytes:
-		cap = LimitBytes
+		limit = LimitBytes
 	}
-	if cap != "" {
-		w.total.limit(cap)
+	if limit != "" {
+		w.total.limit(limit)
 		w.full.Store(true)
 		w.halt.Store(true)
 		return false

@@ -30,4 +30,19 @@
 // of workers and emits their results in walk order. Every limit that cut
 // a result is named in Result.Limits and sets Truncated: nothing is cut
 // silently.
+//
+// The daemon's search, for a tool t, the root index i its path resolved
+// under and the directory handle h resolved for rel beneath that root
+// (authz owns the never globs, so the skip filter is theirs):
+//
+//	skip := func(r, name string, isDir bool) bool {
+//		return authz.NeverMatchResolved(t, i, path.Join(rel, r))
+//	}
+//	res, err := walk.Search(ctx, h.File(), walk.Query{Name: glob, Content: re}, walk.Options{
+//		Skip: skip, RefuseHardLinks: t.RefusesHardLinks(),
+//		MaxBytes: t.EffectiveMaxBytes(), MaxResults: args.MaxResults,
+//	})
+//
+// and list with depth is walk.Tree(ctx, h.File(), depth, sizes, …) with
+// the same filter.
 package walk

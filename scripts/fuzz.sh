@@ -36,6 +36,7 @@ TARGETS=(
   egress/netpolicy:FuzzAuthorizeConnect
   egress/netpolicy:FuzzAuthorizeWebhook
   internal/termsafe:FuzzEscape
+  internal/walk:FuzzLines
 )
 
 save=0

@@ -91,6 +91,10 @@ func forbidden(pkg, imp string) string {
 		if (ours && local != "internal/securefs" && local != "api" && local != "internal/foldname" && local != "internal/errclass") || (thirdParty && imp != "golang.org/x/sys/unix") {
 			return pkg + " is a leaf: securefs, foldname, errclass, golang.org/x/sys/unix and the standard library only"
 		}
+	case "internal/walk":
+		if (ours && local != "internal/jsonenc") || (thirdParty && imp != "golang.org/x/sys/unix") {
+			return pkg + " walks beneath the fd it is given: internal/jsonenc, golang.org/x/sys/unix and the standard library only (the never rules stay authz's, passed in as a filter)"
+		}
 	case "internal/errclass":
 		if (ours && local != "api") || (thirdParty && imp != "golang.org/x/sys/unix") {
 			return pkg + " is the one classification of errors: api, golang.org/x/sys/unix and the standard library only"

@@ -15,7 +15,7 @@ import (
 // into them: on other platforms they hold at most an ErrUnsupported.
 var (
 	portable  = []string{"api", "client", "mcp", "audit", "authz", "replay", "cmd/sluice", "cmd/sluice/cli"}
-	linuxOnly = []string{"daemon", "sandbox", "internal/fsview", "internal/securefs", "internal/fileop"}
+	linuxOnly = []string{"daemon", "sandbox", "internal/fsview", "internal/securefs", "internal/fileop", "internal/walk"}
 )
 
 // TestPortable lists the portable packages' dependencies as darwin and

@@ -148,8 +148,9 @@ var noOpenat2Dir atomic.Bool
 // reading, following no symlink: openat2 RESOLVE_BENEATH|
 // RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS, or openat O_NOFOLLOW where
 // the kernel lacks openat2 (for one plain name the two refuse the same
-// things). A symlink there is ErrChanged (ELOOP), anything but a
-// directory securefs.ErrNotExist (ENOTDIR); ENOENT is returned bare.
+// things). A symlink there is ErrChanged (wrapping ELOOP), anything else
+// but a directory securefs.ErrNotExist (ENOTDIR); ENOENT is returned
+// bare.
 func openDirNoFollow(dirfd int, name string) (int, error) {
 	if err := checkName(name); err != nil {
 		return -1, err
@@ -171,6 +172,20 @@ func openDirNoFollow(dirfd int, name string) (int, error) {
 	}
 	if err == unix.ENOSYS {
 		fd, err = unix.Openat(dirfd, name, flags, 0)
+	}
+	if err == unix.ENOTDIR {
+		// O_NOFOLLOW|O_DIRECTORY on a symlink is ENOTDIR, not ELOOP: look
+		// at what is there. Not a directory, or a directory now (it
+		// changed since the open), both fail.
+		var st unix.Stat_t
+		if serr := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); serr == nil {
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFLNK:
+				err = unix.ELOOP
+			case unix.S_IFDIR:
+				return -1, fmt.Errorf("%w: %q was not a directory when opened (%w)", ErrChanged, name, err)
+			}
+		}
 	}
 	switch err {
 	case nil:

@@ -388,6 +388,24 @@ func TestWalkNames(t *testing.T) {
 			if err := dp.WalkNames(context.Background(), dcur, 1<<20, func(string, api.Kind) error { return nil }); !errors.Is(err, ErrTooManyEntries) {
 				t.Fatalf("depth: %v", err)
 			}
+			// A directory swapped for a symlink to the outside between its
+			// listing and its open (here by fn, which runs in between) is
+			// not descended: ErrChanged, and no outside name is reported.
+			var seen []string
+			err = p.WalkNames(context.Background(), cur, 100, func(rel string, k api.Kind) error {
+				seen = append(seen, rel)
+				if rel == "inner" {
+					in := filepath.Join(f.dir, "d", "inner")
+					if err := os.Rename(in, in+".moved"); err != nil {
+						return err
+					}
+					return os.Symlink(f.out, in)
+				}
+				return nil
+			})
+			if !errors.Is(err, ErrChanged) || strings.Contains(strings.Join(seen, " "), "secret") {
+				t.Fatalf("walk into a swapped-in symlink: %v, saw %v", err, seen)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			if err := p.WalkNames(ctx, cur, 100, func(string, api.Kind) error { return nil }); !errors.Is(err, context.Canceled) {

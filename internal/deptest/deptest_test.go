@@ -71,7 +71,7 @@ func forbidden(pkg, imp string) string {
 		if (ours && local != "api") || thirdParty {
 			return pkg + " is a leaf: api (for the reasons its errors carry) and the standard library only"
 		}
-	case "internal/strictjson", "internal/foldname", "internal/jsonenc", "internal/redact", "internal/termsafe":
+	case "internal/strictjson", "internal/foldname", "internal/jsonenc", "internal/redact", "internal/termsafe", "internal/udiff":
 		switch imp {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix":
 			return pkg + " is pure: no syscalls, no I/O"

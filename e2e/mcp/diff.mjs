@@ -64,6 +64,22 @@ function relPath(side, p) {
 
 const sortedUnique = (a) => [...new Set(a)].sort();
 
+// A mode as three octal digits of permission bits, from a number, an
+// octal string ("0644", "100644") or ls's form ("-rw-r--r--").
+function permBits(m) {
+  if (m === undefined || m === null) return undefined;
+  if (typeof m === "number") return (m & 0o777).toString(8).padStart(3, "0");
+  const s = String(m);
+  if (/^[0-7]+$/.test(s)) return s.slice(-3).padStart(3, "0");
+  const rwx = s.slice(-9);
+  if (/^[r-][w-][xsS-][r-][w-][xsS-][r-][w-][xtT-]$/.test(rwx)) {
+    let n = 0;
+    for (const ch of rwx) n = (n << 1) | (ch === "-" || ch === "S" || ch === "T" ? 0 : 1);
+    return n.toString(8).padStart(3, "0");
+  }
+  return s;
+}
+
 // Adapters: a logical step to {tool, args, needArgs} for one kind of server,
 // and the server's successful result to a normalized observation.
 const adapters = {
@@ -148,7 +164,7 @@ const adapters = {
           let o = res.structuredContent || {};
           try { o = { ...o, ...JSON.parse(t) }; } catch { /* fields only */ }
           const type = o.type === "dir" || o.type === "directory" ? "dir" : o.type === "file" || o.type === "regular" ? "file" : String(o.type);
-          const mode = typeof o.mode === "number" ? o.mode.toString(8).slice(-3) : o.mode === undefined ? undefined : String(o.mode).slice(-3);
+          const mode = permBits(o.mode);
           return type === "dir" ? { type, mode } : { type, size: Number(o.size), mode }; // a directory's size means nothing here
         }
         case "search": {

@@ -258,8 +258,12 @@ func TestMCPDiffFilesystemServer(t *testing.T) {
 		Tools   map[string]string `json:"tools,omitempty"`
 	}
 	cfg := map[string]any{"session": sessionFile, "sides": []side{
-		{Name: "peer", Kind: "filesystem", Command: node, Args: []string{fsServer, filepath.Join(peerDir, "ws")},
-			WS: filepath.Join(peerDir, "ws"), Parent: peerDir, Prefix: filepath.Join(peerDir, "ws") + "/"},
+		// The peer's new files and directories get 0666 and 0777 less its
+		// umask, sluice's 0644 (file_mode) whatever the umask: the peer runs
+		// under 022, whatever the test's is.
+		{Name: "peer", Kind: "filesystem", Command: "/bin/sh",
+			Args: []string{"-c", `umask 022 && exec "$0" "$@"`, node, fsServer, filepath.Join(peerDir, "ws")},
+			WS:   filepath.Join(peerDir, "ws"), Parent: peerDir, Prefix: filepath.Join(peerDir, "ws") + "/"},
 		{Name: "sluice", Kind: "sluice", Command: filepath.Join(binDir, "sluice"), Args: []string{"mcp", "--socket", d.socket},
 			WS: filepath.Join(sluiceDir, "ws"), Parent: sluiceDir, Prefix: "ws/", Tools: toolNames},
 	}}

@@ -387,7 +387,7 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 			n++
 			_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: msg})
 		}
-		res, err := b.c.Stream(sctx, api.CallRequest{Tool: tool, Args: args, Task: b.opts.Task}, func(ev api.Event) error {
+		res, err := b.c.StreamDirect(sctx, api.CallRequest{Tool: tool, Args: args, Task: b.opts.Task}, func(ev api.Event) error {
 			switch ev.Event {
 			case api.EventDecision:
 				mu.Lock()

@@ -308,6 +308,21 @@ type Tool struct {
 	// Network says the tool reaches the network: a fetch or post, or a
 	// command with egress (through sluiced's proxy, to allowed hosts).
 	Network bool `json:"network,omitempty"`
+	// Hints are the tool's operation's MCP annotations, published by the
+	// operation's unit (`sluice mcp` renders them, whatever the operation).
+	Hints *ToolHints `json:"hints,omitempty"`
+}
+
+// ToolHints say what a tool's calls do, for MCP's tool annotations.
+type ToolHints struct {
+	// ReadOnly: it changes nothing (readOnlyHint).
+	ReadOnly bool `json:"read_only,omitempty"`
+	// Destructive: it may destroy or overwrite (destructiveHint; only
+	// meaningful when not ReadOnly).
+	Destructive bool `json:"destructive,omitempty"`
+	// Idempotent: calling it again with the same args has no further
+	// effect (idempotentHint).
+	Idempotent bool `json:"idempotent,omitempty"`
 }
 
 // Tools is the body of GET /v1/tools.

@@ -232,7 +232,9 @@ func (b *Bridge) refresh(ctx context.Context) error {
 }
 
 func sameTool(a, b api.Tool) bool {
-	return a.Name == b.Name && a.Operation == b.Operation && a.Description == b.Description && bytes.Equal(a.ArgsSchema, b.ArgsSchema)
+	return a.Name == b.Name && a.Operation == b.Operation && a.Description == b.Description &&
+		bytes.Equal(a.ArgsSchema, b.ArgsSchema) && a.Network == b.Network &&
+		(a.Hints == nil) == (b.Hints == nil) && (a.Hints == nil || *a.Hints == *b.Hints)
 }
 
 // follow reads GET /v1/events until ctx ends: each reload's policy_loaded
@@ -287,33 +289,45 @@ func mcpTool(t api.Tool) (*sdk.Tool, error) {
 	}
 	return &sdk.Tool{
 		Name: t.Name, Description: t.Description, InputSchema: json.RawMessage(t.ArgsSchema),
-		OutputSchema: json.RawMessage(outputSchema), Annotations: annotations(t.Operation, t.Network),
+		OutputSchema: json.RawMessage(outputSchema), Annotations: annotations(t),
 	}, nil
 }
 
-// annotations are the MCP hints for an operation. File tools and commands
-// are local (openWorldHint false): files beneath its roots, or a command in
-// a container with no network (an execute tool's container sees a
-// read-only view and cannot change the host, so it is not destructive).
-// fetch and post reach the internet (openWorldHint true: /v1/tools says
-// network), and so does a command with egress: a fetch only reads; a post
-// adds (a webhook), it destroys nothing.
-func annotations(op api.Operation, network bool) *sdk.ToolAnnotations {
-	no, yes := false, true
+// annotations are a tool's MCP hints, rendered from what its operation's
+// unit publishes over /v1/tools (hints) whatever the operation: the
+// bridge knows no operation. openWorldHint is /v1/tools' network: file
+// tools and commands without egress are local.
+func annotations(t api.Tool) *sdk.ToolAnnotations {
+	network := t.Network
 	a := &sdk.ToolAnnotations{OpenWorldHint: &network}
-	switch op {
-	case api.OpRead, api.OpList:
-		a.ReadOnlyHint, a.IdempotentHint = true, true
-	case api.OpWrite, api.OpDelete:
-		a.DestructiveHint = &yes
-	case api.OpExecute:
-		a.DestructiveHint = &no
-	case api.OpFetch:
-		a.ReadOnlyHint, a.IdempotentHint = true, true
-	case api.OpPost:
-		a.DestructiveHint = &no
+	h := t.Hints
+	if h == nil {
+		h = compatHints[t.Operation]
+	}
+	if h == nil {
+		// Nothing published: MCP's defaults (not read-only, may
+		// destroy) are the safe reading.
+		return a
+	}
+	a.ReadOnlyHint, a.IdempotentHint = h.ReadOnly, h.Idempotent
+	if !h.ReadOnly {
+		destructive := h.Destructive
+		a.DestructiveHint = &destructive
 	}
 	return a
+}
+
+// compatHints are the hints of the operations of a sluiced that does not
+// publish them yet (/v1/tools without "hints"); an operation that
+// publishes its own is never looked up here, and none is to be added.
+var compatHints = map[api.Operation]*api.ToolHints{
+	api.OpRead:    {ReadOnly: true, Idempotent: true},
+	api.OpList:    {ReadOnly: true, Idempotent: true},
+	api.OpWrite:   {Destructive: true},
+	api.OpDelete:  {Destructive: true},
+	api.OpExecute: {}, // its container sees a read-only view: not destructive
+	api.OpFetch:   {ReadOnly: true, Idempotent: true},
+	api.OpPost:    {}, // a webhook adds; it destroys nothing
 }
 
 // Structured is every result's structuredContent (outputSchema).

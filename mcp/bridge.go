@@ -423,6 +423,9 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 					w = &stderr
 				}
 				w.Write(chunk)
+				if token == nil || req.Session == nil {
+					break // no progress asked for: nothing to render
+				}
 				if utf8.Valid(chunk) {
 					notify(capText(chunk))
 				} else {

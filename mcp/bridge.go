@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -67,6 +68,10 @@ type Bridge struct {
 	loaded    bool                // tools came from sluiced at least once
 	version   string              // policy version of the last event seen
 	down      error               // non-nil: sluiced was not reachable last time
+
+	// out: large outputs are spliced into their message by the stdio
+	// writer (splice.go); nil when serving another transport.
+	out *outputs
 }
 
 // New returns a bridge; Run serves it.
@@ -110,6 +115,11 @@ func (b *Bridge) Server() *sdk.Server { return b.srv }
 func (b *Bridge) Run(ctx context.Context, t sdk.Transport) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if st, ok := t.(*sdk.StdioTransport); ok {
+		// The SDK's stdio, with each message passing spliceWriter.
+		b.out = newOutputs()
+		t = &sdk.IOTransport{Reader: os.Stdin, Writer: nopCloser{&spliceWriter{w: os.Stdout, out: b.out}}, MaxLineLength: st.MaxLineLength}
+	}
 	b.Start(ctx)
 	err := b.srv.Run(ctx, t)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, sdk.ErrConnectionClosed) {
@@ -451,7 +461,7 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 		if res.Stderr != "" && stderr.Len() == 0 {
 			stderr.WriteString(res.Stderr)
 		}
-		return toolResult(res, stdout.Bytes(), stderr.Bytes()), nil
+		return toolResult(res, stdout.Bytes(), stderr.Bytes(), b.out.text), nil
 	}
 }
 
@@ -459,7 +469,7 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 // embedded blob when it is not UTF-8), a short status line when there is
 // something to say, and structuredContent. A denial, or an allowed call
 // that did not succeed, is isError.
-func toolResult(res *api.CallResult, stdout, stderr []byte) *sdk.CallToolResult {
+func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) string) *sdk.CallToolResult {
 	out := &sdk.CallToolResult{IsError: !res.OK, Content: []sdk.Content{}, StructuredContent: Structured{
 		Verdict: res.Verdict, Reason: res.Reason, OK: res.OK, Truncated: res.Truncated, Bytes: res.Bytes,
 		ExitCode: res.ExitCode, CallID: res.CallID, SHA256: res.SHA256, HTTPStatus: res.HTTPStatus,
@@ -473,7 +483,7 @@ func toolResult(res *api.CallResult, stdout, stderr []byte) *sdk.CallToolResult 
 	uri := "sluice://calls/" + res.CallID
 	if len(stdout) > 0 {
 		if utf8.Valid(stdout) {
-			out.Content = append(out.Content, &sdk.TextContent{Text: string(stdout)})
+			out.Content = append(out.Content, &sdk.TextContent{Text: text(string(stdout))})
 		} else {
 			u := uri + "/output"
 			if res.Resource != "" {
@@ -485,7 +495,7 @@ func toolResult(res *api.CallResult, stdout, stderr []byte) *sdk.CallToolResult 
 	}
 	if len(stderr) > 0 {
 		if utf8.Valid(stderr) {
-			out.Content = append(out.Content, &sdk.TextContent{Text: "stderr:\n" + string(stderr)})
+			out.Content = append(out.Content, &sdk.TextContent{Text: text("stderr:\n" + string(stderr))})
 		} else {
 			out.Content = append(out.Content, &sdk.EmbeddedResource{Resource: &sdk.ResourceContents{
 				URI: uri + "/stderr", MIMEType: "application/octet-stream", Blob: stderr}})

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/api"
@@ -22,6 +23,10 @@ import (
 type Client struct {
 	Socket string
 	http   *http.Client
+	dial   func(ctx context.Context) (net.Conn, error)
+
+	mu   sync.Mutex
+	idle []*directConn // StreamDirect's idle connections
 }
 
 // SocketFromEnv returns $SLUICE_SOCKET, else the default socket.
@@ -51,11 +56,20 @@ func NewWithDialer(socket string, dial func(ctx context.Context) (net.Conn, erro
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &Client{Socket: socket, http: &http.Client{Transport: tr}}
+	return &Client{Socket: socket, http: &http.Client{Transport: tr}, dial: dial}
 }
 
 // Close drops idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+func (c *Client) Close() {
+	c.http.CloseIdleConnections()
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, dc := range idle {
+		dc.nc.Close()
+	}
+}
 
 // APIError is a non-decision error from the daemon (400, 403, 413, …).
 type APIError struct {
@@ -90,14 +104,19 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (*http.R
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		var eb api.ErrorBody
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
-			eb.Error = api.ErrorDetail{Code: http.StatusText(resp.StatusCode), Message: string(data)}
-		}
-		return nil, &APIError{Status: resp.StatusCode, Code: eb.Error.Code, Msg: eb.Error.Message}
+		return nil, apiError(resp.StatusCode, data)
 	}
 	return resp, nil
+}
+
+// apiError is the APIError of a non-200 response with body data.
+func apiError(status int, data []byte) *APIError {
+	var eb api.ErrorBody
+	if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
+		eb.Error = api.ErrorDetail{Code: http.StatusText(status), Message: string(data)}
+	}
+	return &APIError{Status: status, Code: eb.Error.Code, Msg: eb.Error.Message}
 }
 
 func (c *Client) getJSON(ctx context.Context, method, path string, body, out any) error {

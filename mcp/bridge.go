@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -67,6 +68,10 @@ type Bridge struct {
 	loaded    bool                // tools came from sluiced at least once
 	version   string              // policy version of the last event seen
 	down      error               // non-nil: sluiced was not reachable last time
+
+	// out: large outputs are spliced into their message by the stdio
+	// writer (splice.go); nil when serving another transport.
+	out *outputs
 }
 
 // New returns a bridge; Run serves it.
@@ -110,6 +115,11 @@ func (b *Bridge) Server() *sdk.Server { return b.srv }
 func (b *Bridge) Run(ctx context.Context, t sdk.Transport) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if st, ok := t.(*sdk.StdioTransport); ok {
+		// The SDK's stdio, with each message passing spliceWriter.
+		b.out = newOutputs()
+		t = &sdk.IOTransport{Reader: os.Stdin, Writer: nopCloser{&spliceWriter{w: os.Stdout, out: b.out}}, MaxLineLength: st.MaxLineLength}
+	}
 	b.Start(ctx)
 	err := b.srv.Run(ctx, t)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, sdk.ErrConnectionClosed) {
@@ -232,7 +242,9 @@ func (b *Bridge) refresh(ctx context.Context) error {
 }
 
 func sameTool(a, b api.Tool) bool {
-	return a.Name == b.Name && a.Operation == b.Operation && a.Description == b.Description && bytes.Equal(a.ArgsSchema, b.ArgsSchema)
+	return a.Name == b.Name && a.Operation == b.Operation && a.Description == b.Description &&
+		bytes.Equal(a.ArgsSchema, b.ArgsSchema) && a.Network == b.Network &&
+		a.Hints == b.Hints
 }
 
 // follow reads GET /v1/events until ctx ends: each reload's policy_loaded
@@ -380,7 +392,7 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 			n++
 			_ = req.Session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: msg})
 		}
-		res, err := b.c.Stream(sctx, api.CallRequest{Tool: tool, Args: args, Task: b.opts.Task}, func(ev api.Event) error {
+		res, err := b.c.StreamDirect(sctx, api.CallRequest{Tool: tool, Args: args, Task: b.opts.Task}, func(ev api.Event) error {
 			switch ev.Event {
 			case api.EventDecision:
 				mu.Lock()
@@ -402,6 +414,9 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 					w = &stderr
 				}
 				w.Write(chunk)
+				if token == nil || req.Session == nil {
+					break // no progress asked for: nothing to render
+				}
 				if utf8.Valid(chunk) {
 					notify(capText(chunk))
 				} else {
@@ -427,7 +442,7 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 		if res.Stderr != "" && stderr.Len() == 0 {
 			stderr.WriteString(res.Stderr)
 		}
-		return toolResult(res, stdout.Bytes(), stderr.Bytes()), nil
+		return toolResult(res, stdout.Bytes(), stderr.Bytes(), b.out.text), nil
 	}
 }
 
@@ -435,7 +450,7 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 // embedded blob when it is not UTF-8), a short status line when there is
 // something to say, and structuredContent. A denial, or an allowed call
 // that did not succeed, is isError.
-func toolResult(res *api.CallResult, stdout, stderr []byte) *sdk.CallToolResult {
+func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) string) *sdk.CallToolResult {
 	out := &sdk.CallToolResult{IsError: !res.OK, Content: []sdk.Content{}, StructuredContent: Structured{
 		Verdict: res.Verdict, Reason: res.Reason, OK: res.OK, Truncated: res.Truncated, Bytes: res.Bytes,
 		ExitCode: res.ExitCode, CallID: res.CallID, SHA256: res.SHA256, HTTPStatus: res.HTTPStatus,
@@ -449,7 +464,7 @@ func toolResult(res *api.CallResult, stdout, stderr []byte) *sdk.CallToolResult 
 	uri := "sluice://calls/" + res.CallID
 	if len(stdout) > 0 {
 		if utf8.Valid(stdout) {
-			out.Content = append(out.Content, &sdk.TextContent{Text: string(stdout)})
+			out.Content = append(out.Content, &sdk.TextContent{Text: text(string(stdout))})
 		} else {
 			u := uri + "/output"
 			if res.Resource != "" {
@@ -461,7 +476,7 @@ func toolResult(res *api.CallResult, stdout, stderr []byte) *sdk.CallToolResult 
 	}
 	if len(stderr) > 0 {
 		if utf8.Valid(stderr) {
-			out.Content = append(out.Content, &sdk.TextContent{Text: "stderr:\n" + string(stderr)})
+			out.Content = append(out.Content, &sdk.TextContent{Text: text("stderr:\n" + string(stderr))})
 		} else {
 			out.Content = append(out.Content, &sdk.EmbeddedResource{Resource: &sdk.ResourceContents{
 				URI: uri + "/stderr", MIMEType: "application/octet-stream", Blob: stderr}})

@@ -1,0 +1,159 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluicehq/sluice/api"
+)
+
+// fakeSluiced serves POST /v1/calls on a unix socket: each call streams a
+// decision, an output and a result event (or, with block, waits for the
+// client to go away). It counts the connections it accepted.
+type fakeSluiced struct {
+	socket  string
+	srv     *http.Server
+	conns   atomic.Int32
+	gone    chan struct{} // a blocked call's client went away
+	idle    chan struct{} // a connection went idle
+	closed  chan struct{} // a connection was closed
+	mu      sync.Mutex
+	nextErr int // non-zero: the next call answers this status
+}
+
+func startFake(t *testing.T) *fakeSluiced {
+	t.Helper()
+	f := &fakeSluiced{socket: filepath.Join(t.TempDir(), "s.sock"), gone: make(chan struct{}, 1),
+		idle: make(chan struct{}, 64), closed: make(chan struct{}, 64)}
+	ln, err := net.Listen("unix", f.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = &http.Server{Handler: http.HandlerFunc(f.serve), ConnState: func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			f.conns.Add(1)
+		case http.StateIdle:
+			f.idle <- struct{}{}
+		case http.StateClosed:
+			f.closed <- struct{}{}
+		}
+	}}
+	go f.srv.Serve(ln)
+	t.Cleanup(func() { f.srv.Close() })
+	return f
+}
+
+func (f *fakeSluiced) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	status := f.nextErr
+	f.nextErr = 0
+	f.mu.Unlock()
+	if status != 0 {
+		b := []byte(`{"error":{"code":"bad_request","message":"no"}}`)
+		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+		w.WriteHeader(status)
+		w.Write(b)
+		return
+	}
+	var req api.CallRequest
+	if json.NewDecoder(r.Body).Decode(&req) != nil || !req.Stream {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	fmt.Fprintln(w, `{"event":"decision","call_id":"c1","verdict":"allow"}`)
+	rc.Flush()
+	if req.Task == "block" {
+		<-r.Context().Done()
+		f.gone <- struct{}{}
+		return
+	}
+	fmt.Fprintln(w, `{"event":"output","stream":"stdout","data":"hello"}`)
+	fmt.Fprintln(w, `{"event":"result","call_id":"c1","verdict":"allow","reason":"allowed","ok":true,"bytes":5}`)
+	rc.Flush()
+}
+
+func TestStreamDirectKeepsOneConnection(t *testing.T) {
+	f := startFake(t)
+	c := New(f.socket)
+	defer c.Close()
+	for i := range 20 {
+		var out string
+		res, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, func(ev api.Event) error {
+			out += ev.Data
+			return nil
+		})
+		if err != nil || res.CallID != "c1" || !res.OK || res.Bytes != 5 || out != "hello" {
+			t.Fatalf("call %d: %+v %q %v", i, res, out, err)
+		}
+	}
+	// A non-decision error is an APIError, and the connection stays.
+	f.mu.Lock()
+	f.nextErr = http.StatusBadRequest
+	f.mu.Unlock()
+	_, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, nil)
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "bad_request" {
+		t.Fatalf("want a 400 APIError, got %v", err)
+	}
+	if _, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.conns.Load(); n != 1 {
+		t.Fatalf("%d connections for 22 sequential calls, want 1", n)
+	}
+}
+
+func TestStreamDirectRedialsAClosedIdleConnection(t *testing.T) {
+	f := startFake(t)
+	c := New(f.socket)
+	defer c.Close()
+	if _, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// sluiced drops its idle connections (as on its idle timeout): the
+	// next call is not lost, it goes on a new connection.
+	<-f.idle
+	f.srv.SetKeepAlivesEnabled(false) // closes idle connections
+	<-f.closed
+	f.srv.SetKeepAlivesEnabled(true)
+	if _, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, nil); err != nil {
+		t.Fatalf("after the idle connection was closed: %v", err)
+	}
+	if n := f.conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+func TestStreamDirectCancelDropsTheCall(t *testing.T) {
+	f := startFake(t)
+	c := New(f.socket)
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := c.StreamDirect(ctx, api.CallRequest{Tool: "t", Task: "block"}, func(ev api.Event) error {
+		if ev.Event == api.EventDecision {
+			cancel() // the call is running: the client goes away
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	<-f.gone // the server saw the connection go
+	c.mu.Lock()
+	n := len(c.idle)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("a cancelled call's connection was kept")
+	}
+}

@@ -121,10 +121,26 @@ func (e *streamEmitter) send(v any) {
 	}
 	_ = e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
 	_ = e.enc.Encode(v)
-	_ = e.rc.Flush()
 }
 
-func (e *streamEmitter) decision(ev api.DecisionEvent) { e.send(ev) }
+// live says whether an event must reach the caller at once: a pending
+// decision (the caller waits for a human), and a command's decision and
+// output, which stream while it runs. Every other call's events are sent
+// back to back at its end, so they leave in one write with its result.
+func (e *streamEmitter) live(ev api.DecisionEvent) bool {
+	return ev.Verdict == api.VerdictPending || e.streaming()
+}
+
+func (e *streamEmitter) streaming() bool {
+	return e.c != nil && e.c.decoded != nil && e.c.op != nil && e.c.op.Streams
+}
+
+func (e *streamEmitter) decision(ev api.DecisionEvent) {
+	e.send(ev)
+	if e.live(ev) {
+		_ = e.rc.Flush()
+	}
+}
 
 func (e *streamEmitter) output(stream string, data []byte) {
 	ev := api.OutputEvent{Event: api.EventOutput, Stream: stream}
@@ -134,6 +150,9 @@ func (e *streamEmitter) output(stream string, data []byte) {
 		ev.DataB64 = base64.StdEncoding.EncodeToString(data)
 	}
 	e.send(ev)
+	if e.streaming() {
+		_ = e.rc.Flush()
+	}
 }
 
 func (e *streamEmitter) result(res api.CallResult) {
@@ -144,8 +163,10 @@ func (e *streamEmitter) result(res api.CallResult) {
 			Event string `json:"event"`
 			api.OpaqueDenial
 		}{api.EventResult, api.OpaqueDenial{CallID: res.CallID, Verdict: res.Verdict, Reason: res.Reason}})
+		_ = e.rc.Flush()
 		return
 	}
 	res.Output, res.OutputB64 = nil, ""
 	e.send(api.ResultEvent{Event: api.EventResult, CallResult: res})
+	_ = e.rc.Flush()
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/daemon/admission"
 	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/timerslack"
@@ -208,15 +209,15 @@ type Daemon struct {
 	// bracketed by RELOADING=1 and READY=1.
 	ready atomic.Bool
 
-	slots     *admission // containers running calls
-	calls     *registry  // calls in flight, by id and task
-	approvals *approvals // calls waiting for a human
-	events    *eventHub  // followers of GET /v1/events
+	slots     *admission.Slots // containers running calls
+	calls     *registry        // calls in flight, by id and task
+	approvals *approvals       // calls waiting for a human
+	events    *eventHub        // followers of GET /v1/events
 	locks     fileop.Locks
 	// stopCalls ends every call's context with errShutdown.
 	stopCalls context.CancelCauseFunc
 	// drops rate limits decision records of unmapped uids (ratelimit.go).
-	drops *dropLimiter
+	drops *admission.DropLimiter
 }
 
 // openLedger opens the audit ledger; tests wrap it to inject faults.
@@ -236,8 +237,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		*p = abs
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, slots: newAdmission(cfg.MaxContainers)}
-	d.slots.queued = cfg.slotQueued
+	d := &Daemon{cfg: cfg, log: cfg.Logger, slots: admission.NewSlots(cfg.MaxContainers)}
+	d.slots.Queued = cfg.slotQueued
 	base, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls
@@ -311,8 +312,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ledger.Close()
 	d.ledger = meteredLedger{Ledger: ledger, m: d.m}
-	d.drops = newDropLimiter(d.auditDropped)
-	defer d.drops.close() // before the ledger closes
+	d.drops = admission.NewDropLimiter(d.auditDropped)
+	defer d.drops.Close() // before the ledger closes
 	if rec.CutBytes > 0 {
 		d.log.Warn("audit ledger had a torn last record; cut it", "bytes", rec.CutBytes, "after_seq", rec.LastSeq)
 	}

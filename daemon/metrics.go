@@ -96,10 +96,10 @@ func newMetrics(d *Daemon) *metrics {
 		}, func() float64 { return float64(d.calls.inFlight()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_containers_running", Help: "Container slots held by execute calls (at most --max-containers).",
-		}, func() float64 { r, _ := d.slots.stats(); return float64(r) }),
+		}, func() float64 { r, _ := d.slots.Stats(); return float64(r) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_containers_queued", Help: "Execute calls waiting for a container slot.",
-		}, func() float64 { _, q := d.slots.stats(); return float64(q) }),
+		}, func() float64 { _, q := d.slots.Stats(); return float64(q) }),
 		&stateCollector{d: d},
 	)
 	return m

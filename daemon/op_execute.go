@@ -250,7 +250,7 @@ type coldBox struct {
 // so no box is ever made beyond --max-containers.
 func (c *call) startCold() {
 	et := c.p.exec[c.req.Tool]
-	if et == nil || et.pool != nil || c.p.runner == nil || c.ctx.Err() != nil || !c.d.slots.tryAcquire(c.owner) {
+	if et == nil || et.pool != nil || c.p.runner == nil || c.ctx.Err() != nil || !c.d.slots.TryAcquire(c.owner) {
 		return
 	}
 	ch := make(chan coldBox, 1)
@@ -273,7 +273,7 @@ func (c *call) dropCold() {
 	if r.box != nil {
 		r.box.Release()
 	}
-	c.d.slots.release(c.owner)
+	c.d.slots.Release(c.owner)
 }
 
 // runExec runs an allowed execute call: a warm box from the pool (waiting
@@ -297,14 +297,14 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		// startCold took the slot and began the box while the decision
 		// was made durable.
 		c.cold = nil
-		defer c.d.slots.release(c.owner)
+		defer c.d.slots.Release(c.owner)
 		r := <-cold
 		box, createErr = r.box, r.err
 	} else {
 		if o := c.waitSlot(); o != nil {
 			return o
 		}
-		defer c.d.slots.release(c.owner)
+		defer c.d.slots.Release(c.owner)
 		if et.pool != nil {
 			box = et.pool.GetWait(c.ctx, poolWait)
 		}

@@ -104,7 +104,7 @@ func (d *Daemon) status() string {
 	d.mu.RLock()
 	p := d.pol
 	d.mu.RUnlock()
-	running, queued := d.slots.stats()
+	running, queued := d.slots.Stats()
 	warm, pools := p.poolsWarm()
 	v := strings.TrimPrefix(p.m.Version, "sha256:")
 	if len(v) > 12 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/daemon/policyfiles"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/fsview"
 	"github.com/sluicehq/sluice/internal/securefs"
@@ -72,7 +73,7 @@ func (e *execTool) start(name string, r *sandbox.Runner, pool sandbox.PoolSize, 
 // buildExec resolves an execute tool's mounts beneath base (each one a
 // root fd its view serves from, never a path looked up again) and builds
 // its spec. Errors name the manifest key.
-func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, files *policyFiles) (*execTool, error) {
+func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, files *policyfiles.Files) (*execTool, error) {
 	key := "tools." + name
 	e := &execTool{}
 	fail := func(err error) (*execTool, error) {
@@ -154,7 +155,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 		OpenFiles:   t.EffectiveMaxOpenFiles(),
 	}
 	prof := t.Seccomp
-	if cached, ok := files.seccomp[prof]; ok {
+	if cached, ok := files.Seccomp[prof]; ok {
 		spec.Seccomp = cached
 	} else {
 		data := profiles.DefaultSeccomp
@@ -164,8 +165,8 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 				p = filepath.Join(baseDir, p)
 			}
 			// Read through the walk that records where it lies: no
-			// write root may reach it (writesPolicy).
-			if data, err = files.read(key+".seccomp", p); err != nil {
+			// write root may reach it (Files.CheckWrites).
+			if data, err = files.Read(key+".seccomp", p); err != nil {
 				return fail(fmt.Errorf("manifest: %s.seccomp: %w", key, err))
 			}
 		}
@@ -174,7 +175,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 			return fail(fmt.Errorf("manifest: %s.seccomp: %w", key, err))
 		}
 		spec.Seccomp = sc
-		files.seccomp[prof] = sc
+		files.Seccomp[prof] = sc
 	}
 	return e, nil
 }

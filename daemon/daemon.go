@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/daemon/admission"
+	"github.com/sluicehq/sluice/daemon/recovery"
 	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/timerslack"
@@ -301,7 +302,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cleanStop := false
 	defer func() {
 		if cleanStop {
-			if err := writeCleanStop(cfg.StateDir, ledgerPath); err != nil {
+			if err := recovery.WriteCleanStop(cfg.StateDir, ledgerPath); err != nil {
 				d.log.Warn("could not write the clean-stop marker; the next start scans the ledger", "err", err)
 			}
 		}

@@ -150,7 +150,7 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(size), name)
 	}
 	if s.d.conns != nil {
-		open, evicted, refused := s.d.conns.stats()
+		open, evicted, refused := s.d.conns.Stats()
 		ch <- prometheus.MustNewConstMetric(connsOpenDesc, prometheus.GaugeValue, float64(open))
 		ch <- prometheus.MustNewConstMetric(connsEvictedDesc, prometheus.CounterValue, float64(evicted))
 		ch <- prometheus.MustNewConstMetric(connsRefusedDesc, prometheus.CounterValue, float64(refused))

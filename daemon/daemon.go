@@ -189,6 +189,10 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// Peer is what the kernel says about the process on the other end of the
+// socket (transport.Peer), read once when the connection was accepted.
+type Peer = transport.Peer
+
 // Daemon is a running sluiced.
 type Daemon struct {
 	cfg    Config

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/daemon/spill"
 	"github.com/sluicehq/sluice/internal/errclass"
 )
 
@@ -25,7 +26,7 @@ type approvals struct {
 	// (--max-parked); n counts them, by principal name.
 	max   int
 	n     map[string]int
-	spill *spillStore // set by openSpill, before the socket is served
+	spill *spill.Store // set by openSpill, before the socket is served
 }
 
 // parked is one waiting call. An approval is the call itself: bound to
@@ -36,7 +37,7 @@ type parked struct {
 	c       *call
 	expires time.Time
 	verdict chan approvalVerdict // buffered; written once, by take's winner
-	sp      *spilled
+	sp      *spill.Body
 	// content is the sha256 of a write's content, as recorded in the args
 	// the approver saw: the approval is bound to it.
 	content string
@@ -81,7 +82,7 @@ func newApprovals(max int) *approvals {
 func (a *approvals) openSpill(stateDir string, log interface {
 	Warn(msg string, args ...any)
 }) (func(), error) {
-	s, n, err := openSpill(stateDir)
+	s, n, err := spill.Open(stateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func (a *approvals) openSpill(stateDir string, log interface {
 		log.Warn("removed the bodies of parked calls an earlier run left", "count", n)
 	}
 	a.spill = s
-	return s.close, nil
+	return s.Close, nil
 }
 
 // reserve takes one of principal's parked slots; false when it has
@@ -169,7 +170,7 @@ func (c *call) awaitApproval(em emitter) bool {
 	defer c.d.approvals.unreserve(principal)
 	// The body goes to disk for the wait, and is removed however the call
 	// ends; an approved call reads it back (and checks it) first.
-	sp, err := c.d.approvals.spill.put(id, c.body)
+	sp, err := c.d.approvals.spill.Put(id, c.body)
 	if err != nil {
 		c.d.log.Error("spilling a parked call's body failed; denying", "err", err, "call_id", c.id)
 		reason, _ := errclass.Reason(err) // ENOSPC no_space, ...
@@ -177,7 +178,7 @@ func (c *call) awaitApproval(em emitter) bool {
 		c.finishDecided(em)
 		return false
 	}
-	defer c.d.approvals.spill.remove(sp)
+	defer c.d.approvals.spill.Remove(sp)
 	pk.sp = sp
 	if b, ok := c.boundContent(); ok {
 		pk.content = sha256Of(b)
@@ -250,7 +251,7 @@ func (c *call) awaitApproval(em emitter) bool {
 	// manifest. Fresh resolution: nothing from before the wait is used.
 	// Read back and checked: the body is the one spilled (its sha256),
 	// and a write's content is the one whose digest the approver saw.
-	body, err := c.d.approvals.spill.get(sp)
+	body, err := c.d.approvals.spill.Get(sp)
 	if err != nil {
 		c.d.log.Error("approved call's spilled body cannot be read back; denying", "err", err, "call_id", c.id)
 		reason, _ := errclass.Reason(err) // ENOSPC no_space, ...

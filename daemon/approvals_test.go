@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/daemon/admission"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/termsafe"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -393,12 +394,12 @@ func TestUnmappedFlood(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	bound := unmappedBurst + int(elapsed.Seconds()*unmappedRate) + 1
+	bound := admission.UnmappedBurst + int(elapsed.Seconds()*admission.UnmappedRate) + 1
 	t.Logf("%d calls in %v: %d decision records, %d dropped in %d summaries (bound %d)", n, elapsed, d, dr, s, bound)
 	if d > bound {
 		t.Fatalf("%d decision records for an unmapped uid, want at most %d", d, bound)
 	}
-	if s < 1 || s > int(elapsed/dropWindow)+2 {
+	if s < 1 || s > int(elapsed/admission.DropWindow)+2 {
 		t.Fatalf("%d summaries over %v", s, elapsed)
 	}
 }

@@ -3,6 +3,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,16 +13,17 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	sdnotify "github.com/coreos/go-systemd/v22/daemon"
-
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/daemon/admission"
+	"github.com/sluicehq/sluice/daemon/recovery"
+	"github.com/sluicehq/sluice/daemon/transport"
 	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/timerslack"
@@ -38,7 +40,7 @@ type Config struct {
 	// MaxBodyBytes bounds a request body (default 1 MiB).
 	MaxBodyBytes int64
 	// MaxConns bounds open connections (default 1024). At the cap an idle
-	// connection is closed to admit a new one (see admitListener).
+	// connection is closed to admit a new one (see transport.Conns).
 	MaxConns int
 	// MaxConnsPerUID bounds one peer uid's open connections (default
 	// 256), so that one local user cannot take every slot of MaxConns.
@@ -187,13 +189,17 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// Peer is what the kernel says about the process on the other end of the
+// socket (transport.Peer), read once when the connection was accepted.
+type Peer = transport.Peer
+
 // Daemon is a running sluiced.
 type Daemon struct {
 	cfg    Config
 	log    *slog.Logger
 	ledger meteredLedger
-	m      *metrics   // nil without MetricsListen
-	conns  *connTable // open connections
+	m      *metrics         // nil without MetricsListen
+	conns  *transport.Conns // open connections
 
 	mu  sync.RWMutex
 	pol *policy
@@ -208,15 +214,15 @@ type Daemon struct {
 	// bracketed by RELOADING=1 and READY=1.
 	ready atomic.Bool
 
-	slots     *admission // containers running calls
-	calls     *registry  // calls in flight, by id and task
-	approvals *approvals // calls waiting for a human
-	events    *eventHub  // followers of GET /v1/events
+	slots     *admission.Slots // containers running calls
+	calls     *registry        // calls in flight, by id and task
+	approvals *approvals       // calls waiting for a human
+	events    *transport.Hub   // followers of GET /v1/events
 	locks     fileop.Locks
 	// stopCalls ends every call's context with errShutdown.
 	stopCalls context.CancelCauseFunc
 	// drops rate limits decision records of unmapped uids (ratelimit.go).
-	drops *dropLimiter
+	drops *admission.DropLimiter
 }
 
 // openLedger opens the audit ledger; tests wrap it to inject faults.
@@ -236,13 +242,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		*p = abs
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, slots: newAdmission(cfg.MaxContainers)}
-	d.slots.queued = cfg.slotQueued
+	d := &Daemon{cfg: cfg, log: cfg.Logger, slots: admission.NewSlots(cfg.MaxContainers)}
+	d.slots.Queued = cfg.slotQueued
 	base, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls
 	d.approvals = newApprovals(cfg.MaxParked)
-	d.events = newEventHub()
+	d.events = transport.NewHub()
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}
@@ -252,7 +258,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		d.m = newMetrics(d)
 	}
-	raiseNofile(d.log)
+	transport.RaiseNofile(d.log)
 	// Fewer wake-ups of the Go runtime's sysmon on the vCPU serving a
 	// call; containers go back to the default (internal/timerslack).
 	if err := timerslack.SetProcess(timerslack.Daemon); err != nil {
@@ -265,11 +271,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// One daemon per run dir and state dir, locked before anything in them
 	// is read, swept or mounted: a second daemon must change nothing.
-	locks, err := lockDirs([2]string{"run dir", cfg.RunDir}, [2]string{"state dir", cfg.StateDir})
+	locks, err := transport.LockDirs([2]string{"run dir", cfg.RunDir}, [2]string{"state dir", cfg.StateDir})
 	if err != nil {
 		return err
 	}
-	defer unlockAll(locks)
+	defer transport.UnlockAll(locks)
 	d.setupCgroups()
 	defer d.closeRunner()
 	pol, err := loadPolicyWith(cfg.Manifest, cfg.ResolveMode, d.log, d.getRunner)
@@ -300,7 +306,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cleanStop := false
 	defer func() {
 		if cleanStop {
-			if err := writeCleanStop(cfg.StateDir, ledgerPath); err != nil {
+			if err := recovery.WriteCleanStop(cfg.StateDir, ledgerPath); err != nil {
 				d.log.Warn("could not write the clean-stop marker; the next start scans the ledger", "err", err)
 			}
 		}
@@ -311,8 +317,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ledger.Close()
 	d.ledger = meteredLedger{Ledger: ledger, m: d.m}
-	d.drops = newDropLimiter(d.auditDropped)
-	defer d.drops.close() // before the ledger closes
+	d.drops = admission.NewDropLimiter(d.auditDropped)
+	defer d.drops.Close() // before the ledger closes
 	if rec.CutBytes > 0 {
 		d.log.Warn("audit ledger had a torn last record; cut it", "bytes", rec.CutBytes, "after_seq", rec.LastSeq)
 	}
@@ -324,7 +330,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	conns := newConnTable(cfg.MaxConns, cfg.MaxConnsPerUID, d.log)
+	conns := transport.NewConns(cfg.MaxConns, cfg.MaxConnsPerUID, d.log)
 	d.conns = conns // before the metrics server reads it
 	var metricsSrv *http.Server
 	if d.m != nil {
@@ -339,8 +345,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv := &http.Server{
 		Handler:           d.routes(),
-		ConnContext:       connContext,
-		ConnState:         conns.connState,
+		ConnContext:       transport.ConnContext,
+		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: cfg.ReadTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		IdleTimeout:       2 * time.Minute,
@@ -354,7 +360,7 @@ func Run(ctx context.Context, cfg Config) error {
 	serving = true
 	serveErr := make(chan error, 1)
 	go func() {
-		serveErr <- srv.Serve(&admitListener{Listener: ln, t: conns})
+		serveErr <- srv.Serve(conns.Listener(ln))
 	}()
 	d.log.Info("sluiced ready", "socket", ln.Addr().String(), "socket_activated", activated, "manifest", pol.path,
 		"policy_version", pol.m.Version, "audit", ledger.Path(), "resolver", pol.base.Mode().String(),
@@ -378,7 +384,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	// systemctl status shows STATUS=; refresh it while under systemd.
 	var statusTick <-chan time.Time
-	if underSystemd() {
+	if transport.UnderSystemd() {
 		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
 		statusTick = t.C
@@ -393,7 +399,7 @@ func Run(ctx context.Context, cfg Config) error {
 				d.log.Info("pools warm", "pools", wn[1])
 			}
 			d.ready.Store(true)
-			d.notify(sdnotify.SdNotifyReady, d.status())
+			d.notify(transport.NotifyReady, d.status())
 		case <-statusTick:
 			d.notify(d.status())
 		case <-hup:
@@ -404,9 +410,9 @@ func Run(ctx context.Context, cfg Config) error {
 			d.closePolicy()
 			return fmt.Errorf("serve: %w", err)
 		case <-ctx.Done():
-			d.notify(sdnotify.SdNotifyStopping, "STATUS=stopping: calls in flight get --shutdown-grace")
+			d.notify(transport.NotifyStopping, "STATUS=stopping: calls in flight get --shutdown-grace")
 			st := ledger.Stats()
-			_, evicted, refused := conns.stats()
+			_, evicted, refused := conns.Stats()
 			d.log.Info("shutting down", "audit_records", st.Records, "audit_syncs", st.Syncs,
 				"conns_evicted", evicted, "conns_refused", refused, "calls_in_flight", d.calls.inFlight())
 			d.shutdown(srv)
@@ -423,7 +429,7 @@ func Run(ctx context.Context, cfg Config) error {
 // shutdown. Only after every handler has returned does Run close the
 // ledger. The whole stop takes at most grace + 2 s.
 func (d *Daemon) shutdown(srv *http.Server) {
-	d.events.close() // event streams end now, so their connections go idle
+	d.events.Close() // event streams end now, so their connections go idle
 	served := make(chan struct{})
 	go func() {
 		// Closes the listener now; returns once every connection is idle.
@@ -517,8 +523,8 @@ func (d *Daemon) reload() (*policy, error) {
 	defer d.reloadMu.Unlock()
 	if d.ready.Load() {
 		// systemd shows the unit "reloading" until READY=1 comes back.
-		d.notify(sdnotify.SdNotifyReloading, strings.TrimSuffix(sdnotify.SdNotifyMonotonicUsec(), "\n"))
-		defer func() { d.notify(sdnotify.SdNotifyReady, d.status()) }()
+		d.notify(transport.NotifyReloading, transport.MonotonicUsec())
+		defer func() { d.notify(transport.NotifyReady, d.status()) }()
 	}
 	np, err := loadPolicyWith(d.cfg.Manifest, d.cfg.ResolveMode, d.log, d.getRunner)
 	if err == nil {
@@ -536,7 +542,7 @@ func (d *Daemon) reload() (*policy, error) {
 	d.mu.Unlock()
 	old.retire()
 	d.log.Info("manifest reloaded", "policy_version", np.m.Version, "previous", old.m.Version)
-	d.events.publish(api.DaemonEvent{Event: api.DaemonEventPolicyLoaded, PolicyVersion: np.m.Version})
+	d.events.Publish(api.DaemonEvent{Event: api.DaemonEventPolicyLoaded, PolicyVersion: np.m.Version})
 	return np, nil
 }
 
@@ -550,4 +556,20 @@ func (d *Daemon) auditPolicy(p *policy, why string) error {
 		return fmt.Errorf("audit policy_loaded: %w", err)
 	}
 	return nil
+}
+
+// checkManifest reads and parses the manifest without acting on it (no
+// root is opened, no view mounted), as loadPolicyWith will again once the
+// dirs are locked.
+func checkManifest(manifestPath string) error {
+	abs, err := filepath.Abs(manifestPath)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		return fmt.Errorf("read manifest: %w", err)
+	}
+	_, err = authz.ParseFile(abs, bytes.NewReader(data), filepath.Dir(abs))
+	return err
 }

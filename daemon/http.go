@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/daemon/transport"
 )
 
 type route struct {
@@ -34,7 +35,7 @@ func (d *Daemon) routes() http.Handler {
 		"/v1/events":    {method: http.MethodGet, h: d.handleEvents},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		peer, ok := peerFrom(r.Context())
+		peer, ok := transport.PeerFrom(r.Context())
 		if !ok {
 			// No kernel-attested identity, no service.
 			writeError(w, http.StatusForbidden, api.ErrForbidden, "peer credentials unavailable")

@@ -96,10 +96,10 @@ func newMetrics(d *Daemon) *metrics {
 		}, func() float64 { return float64(d.calls.inFlight()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_containers_running", Help: "Container slots held by execute calls (at most --max-containers).",
-		}, func() float64 { r, _ := d.slots.stats(); return float64(r) }),
+		}, func() float64 { r, _ := d.slots.Stats(); return float64(r) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sluice_containers_queued", Help: "Execute calls waiting for a container slot.",
-		}, func() float64 { _, q := d.slots.stats(); return float64(q) }),
+		}, func() float64 { _, q := d.slots.Stats(); return float64(q) }),
 		&stateCollector{d: d},
 	)
 	return m
@@ -150,7 +150,7 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(size), name)
 	}
 	if s.d.conns != nil {
-		open, evicted, refused := s.d.conns.stats()
+		open, evicted, refused := s.d.conns.Stats()
 		ch <- prometheus.MustNewConstMetric(connsOpenDesc, prometheus.GaugeValue, float64(open))
 		ch <- prometheus.MustNewConstMetric(connsEvictedDesc, prometheus.CounterValue, float64(evicted))
 		ch <- prometheus.MustNewConstMetric(connsRefusedDesc, prometheus.CounterValue, float64(refused))

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/daemon/policyfiles"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/sandbox"
@@ -51,7 +52,7 @@ func FuzzLoadMounts(f *testing.F) {
 		f.Add(s.mounts, s.cwd, s.base)
 	}
 	bases := []string{"", "workspace", "workspace/src", "workspace/src/in_dir_link"}
-	files := newPolicyFiles()
+	files := policyfiles.New()
 	f.Fuzz(func(t *testing.T, mounts, cwd string, baseSel uint8) {
 		tool := map[string]any{"operation": "execute", "commands": [][]string{{"true"}}, "pool": 0}
 		if mounts != "" {

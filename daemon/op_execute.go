@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/daemon/policyfiles"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/fsview"
 	"github.com/sluicehq/sluice/internal/securefs"
@@ -73,7 +74,7 @@ func (e *execTool) start(name string, r *sandbox.Runner, pool sandbox.PoolSize, 
 // loadExec readies an execute tool when the manifest loads (opSpec.load):
 // its mounts resolved beneath the manifest's base, its spec; pools start
 // once the whole load has succeeded (loadPolicyWith).
-func loadExec(p *policy, name string, t *authz.Tool, files *policyFiles) error {
+func loadExec(p *policy, name string, t *authz.Tool, files *policyfiles.Files) error {
 	et, err := buildExec(name, t, p.base, p.m.BaseDir, files)
 	if err != nil {
 		return err
@@ -85,7 +86,7 @@ func loadExec(p *policy, name string, t *authz.Tool, files *policyFiles) error {
 // buildExec resolves an execute tool's mounts beneath base (each one a
 // root fd its view serves from, never a path looked up again) and builds
 // its spec. Errors name the manifest key.
-func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, files *policyFiles) (*execTool, error) {
+func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, files *policyfiles.Files) (*execTool, error) {
 	key := "tools." + name
 	e := &execTool{}
 	fail := func(err error) (*execTool, error) {
@@ -167,7 +168,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 		OpenFiles:   t.EffectiveMaxOpenFiles(),
 	}
 	prof := t.Seccomp
-	if cached, ok := files.seccomp[prof]; ok {
+	if cached, ok := files.Seccomp[prof]; ok {
 		spec.Seccomp = cached
 	} else {
 		data := profiles.DefaultSeccomp
@@ -177,8 +178,8 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 				p = filepath.Join(baseDir, p)
 			}
 			// Read through the walk that records where it lies: no
-			// write root may reach it (writesPolicy).
-			if data, err = files.read(key+".seccomp", p); err != nil {
+			// write root may reach it (Files.CheckWrites).
+			if data, err = files.Read(key+".seccomp", p); err != nil {
 				return fail(fmt.Errorf("manifest: %s.seccomp: %w", key, err))
 			}
 		}
@@ -187,7 +188,7 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 			return fail(fmt.Errorf("manifest: %s.seccomp: %w", key, err))
 		}
 		spec.Seccomp = sc
-		files.seccomp[prof] = sc
+		files.Seccomp[prof] = sc
 	}
 	return e, nil
 }
@@ -263,7 +264,7 @@ type coldBox struct {
 // so no box is ever made beyond --max-containers.
 func (c *call) startCold() {
 	et := c.p.exec[c.req.Tool]
-	if et == nil || et.pool != nil || c.p.runner == nil || c.ctx.Err() != nil || !c.d.slots.tryAcquire(c.owner) {
+	if et == nil || et.pool != nil || c.p.runner == nil || c.ctx.Err() != nil || !c.d.slots.TryAcquire(c.owner) {
 		return
 	}
 	ch := make(chan coldBox, 1)
@@ -286,7 +287,7 @@ func (c *call) dropCold() {
 	if r.box != nil {
 		r.box.Release()
 	}
-	c.d.slots.release(c.owner)
+	c.d.slots.Release(c.owner)
 }
 
 // runExec runs an allowed execute call: a warm box from the pool (waiting
@@ -313,14 +314,14 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		// startCold took the slot and began the box while the decision
 		// was made durable.
 		c.cold = nil
-		defer c.d.slots.release(c.owner)
+		defer c.d.slots.Release(c.owner)
 		r := <-cold
 		box, createErr = r.box, r.err
 	} else {
 		if o := c.waitSlot(); o != nil {
 			return o
 		}
-		defer c.d.slots.release(c.owner)
+		defer c.d.slots.Release(c.owner)
 		if et.pool != nil {
 			box = et.pool.GetWait(c.ctx, poolWait)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/daemon/policyfiles"
 )
 
 // opSpec is the daemon's half of one operation (docs/design.md, "One
@@ -30,7 +31,7 @@ type opSpec struct {
 	show func(ctx context.Context, d *Daemon, p *policy, pk *parked, ch *api.ApprovalChange)
 	// load, when set, readies a tool of the operation when the manifest
 	// loads (execute: its mounts resolved to fds, its spec and pool).
-	load func(p *policy, name string, t *authz.Tool, files *policyFiles) error
+	load func(p *policy, name string, t *authz.Tool, files *policyfiles.Files) error
 	// tempName, when set, is the temp name the operation's commit of
 	// call id leaves beside each target it resolved (write): start-up
 	// recovery removes those a crash left (recover.go).

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/daemon/policyfiles"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/sandbox"
 )
@@ -48,8 +49,8 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 	if err != nil {
 		return nil, err
 	}
-	files := newPolicyFiles()
-	data, err := files.read("manifest", abs)
+	files := policyfiles.New()
+	data, err := files.Read("manifest", abs)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
 	}
@@ -97,7 +98,7 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		}
 		p.roots[name] = rs
 	}
-	if err := writesPolicy(m, p.roots, files.files); err != nil {
+	if err := files.CheckWrites(m, p.roots); err != nil {
 		p.close()
 		return nil, err
 	}

@@ -3,10 +3,8 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/daemon/recovery"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -30,8 +29,8 @@ import (
 // records straddle its reads.
 func TestRecoverInterruptedWrites(t *testing.T) {
 	testutil.RequireRoot(t)
-	defer func(n int) { scanChunk = n }(scanChunk)
-	scanChunk = 64
+	defer func(n int) { recovery.ScanChunk = n }(recovery.ScanChunk)
+	recovery.ScanChunk = 64
 	fx := escapetest.Build(t)
 	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
 	  "write_file":{"operation":"write","roots":["workspace/src"]}}}`)
@@ -52,7 +51,7 @@ func TestRecoverInterruptedWrites(t *testing.T) {
 	}
 	h.c.Close()
 	stop()
-	if !exists(filepath.Join(cfg.StateDir, cleanStopFile)) {
+	if !exists(filepath.Join(cfg.StateDir, recovery.CleanStopFile)) {
 		t.Fatal("a clean stop left no marker")
 	}
 
@@ -112,7 +111,7 @@ func TestRecoverInterruptedWrites(t *testing.T) {
 	testutil.Must(t, os.WriteFile(temps[0], []byte("half"), 0o600))
 	stop = launch(t, cfg)
 	stop()
-	os.Remove(filepath.Join(cfg.StateDir, cleanStopFile)) // no marker: the scan runs, to the last start
+	os.Remove(filepath.Join(cfg.StateDir, recovery.CleanStopFile)) // no marker: the scan runs, to the last start
 	stop = launch(t, cfg)
 	stop()
 	if !exists(temps[0]) {
@@ -120,41 +119,6 @@ func TestRecoverInterruptedWrites(t *testing.T) {
 	}
 	if n := strings.Count(string(h.ledger()), `"kind":"recovered"`); n != 2 {
 		t.Errorf("%d recovered records, want 2", n)
-	}
-}
-
-// TestLastStartOffset: the backward scan finds the end of the last start
-// record whatever the read size, ignores a start record's text inside
-// another record's args, and says 0 when there is none.
-func TestLastStartOffset(t *testing.T) {
-	defer func(n int) { scanChunk = n }(scanChunk)
-	lines := []string{
-		`{"detail":"start: /m.json","kind":"policy_loaded","seq":1}`,
-		`{"call_id":"c-1","kind":"decision","operation":"write","seq":2}`,
-		`{"detail":"start: /m.json","kind":"policy_loaded","seq":3}`,
-		`{"call_id":"c-2","kind":"result","seq":4}`,
-		`{"args":{"x":{"detail":"start: x","kind":"policy_loaded"}},"call_id":"c-3","kind":"decision","seq":5}`,
-		`{"detail":"reload: /m.json","kind":"policy_loaded","seq":6}`,
-	}
-	content := strings.Join(lines, "\n") + "\n"
-	want := int64(len(strings.Join(lines[:3], "\n")) + 1)
-	p := filepath.Join(t.TempDir(), "l")
-	testutil.Must(t, os.WriteFile(p, []byte(content), 0o600))
-	f, err := os.Open(p)
-	testutil.Must(t, err)
-	defer f.Close()
-	for _, chunk := range []int{1, 7, 64, 100, 1 << 20} {
-		scanChunk = chunk
-		if got, err := lastStartOffset(f, int64(len(content))); err != nil || got != want {
-			t.Errorf("chunk %d: %d, %v; want %d", chunk, got, err, want)
-		}
-		first := int64(len(lines[0]) + 1)
-		if got, err := lastStartOffset(f, first); err != nil || got != first {
-			t.Errorf("chunk %d, first record only: %d, %v; want %d", chunk, got, err, first)
-		}
-		if got, err := lastStartOffset(f, 0); err != nil || got != 0 {
-			t.Errorf("chunk %d, empty: %d, %v", chunk, got, err)
-		}
 	}
 }
 
@@ -191,52 +155,5 @@ func TestLegacyJournalSwept(t *testing.T) {
 	}
 	if exists(journal) {
 		t.Error("the old journal was not removed")
-	}
-}
-
-// BenchmarkPendingWrites: the start-up scan over a ledger of 100,000
-// calls (a decision and a result each, ~60 MB) with no start record in
-// it, the worst case: read back to the beginning, then forward. Reports
-// MB/s of ledger.
-func BenchmarkPendingWrites(b *testing.B) {
-	p := filepath.Join(b.TempDir(), "audit.jsonl")
-	f, err := os.Create(p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	for i := range 100_000 {
-		id := fmt.Sprintf("c-01BENCH%018d", i)
-		fmt.Fprintf(w, `{"args":{"content_bytes":4096,"mode":"overwrite","path":"workspace/src/pkg/file%d.go"},"call_id":"%s","kind":"decision","operation":"write","policy_version":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","prev":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","principal":{"gid":1000,"name":"agent","pid":4242,"uid":1000},"reason":"allowed","resolved":[{"root":0,"root_path":"workspace/src","outcome":"ok","path":"/srv/w/workspace/src/pkg/file%d.go","rel":"pkg/file%d.go","kind":"file"}],"resource":"/srv/w/workspace/src/pkg/file%d.go","rule":"tools.write_file","seq":%d,"time":"2026-12-03T08:00:00.000000000Z","tool":"write_file","verdict":"allow","hash":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`+"\n", i, id, i, i, i, 2*i)
-		fmt.Fprintf(w, `{"call_id":"%s","kind":"result","policy_version":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","prev":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","principal":{"gid":1000,"name":"agent","pid":4242,"uid":1000},"reason":"allowed","resource":"/srv/w/workspace/src/pkg/file%d.go","result":{"bytes":0,"durable":true,"duration_ms":2.1,"ok":true,"sha256":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","size":4096,"truncated":false},"seq":%d,"time":"2026-12-03T08:00:00.000000000Z","tool":"write_file","verdict":"allow","hash":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`+"\n", id, i, 2*i+1)
-	}
-	if err := w.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	fi, _ := f.Stat()
-	f.Close()
-	b.SetBytes(fi.Size())
-	for b.Loop() {
-		pws, err := pendingWrites(p)
-		if err != nil || len(pws) != 0 {
-			b.Fatalf("%d pending, %v", len(pws), err)
-		}
-	}
-}
-
-func TestResultCallID(t *testing.T) {
-	for line, want := range map[string]string{
-		`{"call_id":"c-1","kind":"result","seq":2}`:                                    "c-1",
-		`{"call_id":"c-2","detail":"a \"quoted\" \\ detail","kind":"result","seq":2}`:  "c-2",
-		`{"call_id":"c-3","kind":"decision","seq":2}`:                                  "",
-		`{"args":{"call_id":"c-4","kind":"result"},"call_id":"c-5","kind":"decision"}`: "",
-		`{"call_id":"c-6","detail":"x\",\"kind\":\"result\"","kind":"decision"}`:       "",
-		`{"call_id":"c\\"7","kind":"result"}`:                                          "",
-		`{"call_id":"c-8","detail":"unterminated`:                                      "",
-	} {
-		got, ok := resultCallID([]byte(line))
-		if got != want || ok != (want != "") {
-			t.Errorf("%s: %q %v, want %q", line, got, ok, want)
-		}
 	}
 }

@@ -67,7 +67,7 @@ func (d *Daemon) parkedContent(pk *parked) ([]byte, bool) {
 	if pk.sp == nil || pk.content == "" {
 		return nil, false
 	}
-	body, err := d.approvals.spill.get(pk.sp)
+	body, err := d.approvals.spill.Get(pk.sp)
 	if err != nil {
 		// Most often the call ended while the list was made.
 		d.log.Debug("a parked write's spilled body cannot be read", "err", err, "approval_id", pk.id)

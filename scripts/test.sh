@@ -81,7 +81,7 @@ echo "== unit and e2e tests"
 SLUICE_BIN_DIR="$PWD/bin" go test $TAGS -count=1 ./... 2>&1 | tee -a "$log"
 
 echo "== race detector (pure and daemon packages)"
-SLUICE_BIN_DIR="$PWD/bin" go test $TAGS -race -count=1 ./authz/ ./audit/ ./internal/securefs/ ./daemon/ ./client/ ./egress/... 2>&1 | tee -a "$log"
+SLUICE_BIN_DIR="$PWD/bin" go test $TAGS -race -count=1 ./authz/ ./audit/ ./internal/securefs/ ./daemon/... ./client/ ./egress/... 2>&1 | tee -a "$log"
 
 echo "== fuzz targets, $FUZZTIME each (scripts/fuzz.sh: the list make fuzz runs too)"
 FUZZTIME=$FUZZTIME scripts/fuzz.sh 2>&1 | tee -a "$log"

@@ -119,9 +119,80 @@ func forbidden(pkg, imp string) string {
 		if strings.HasPrefix(local, "cmd/") {
 			return "imports flow down: cmd -> daemon -> {authz, sandbox, audit} -> internal"
 		}
+	case "daemon/transport":
+		// The socket and systemd side of the daemon: it knows nothing of
+		// policies, calls, containers or the ledger.
+		if ours && local != "api" && !strings.HasPrefix(local, "internal/") {
+			return pkg + " is the daemon's transport: api, internal/... and the standard library; no authz, sandbox or audit"
+		}
+	case "daemon/admission", "daemon/spill":
+		if ours && !strings.HasPrefix(local, "internal/") {
+			return pkg + " is a leaf: internal/... and the standard library only"
+		}
+		if thirdParty && imp != "golang.org/x/sys/unix" {
+			return pkg + " is a leaf: no third-party code but golang.org/x/sys/unix"
+		}
+	case "daemon/recovery":
+		// Recovery reads the ledger and removes temp files beneath held
+		// roots: it runs no container and reaches no network.
+		if ours && local != "api" && local != "audit" && local != "authz" && !strings.HasPrefix(local, "internal/") {
+			return pkg + " reads the ledger and removes temps beneath roots: api, audit, authz and internal/... only; no sandbox or egress"
+		}
+	case "daemon/policyfiles":
+		if ours && local != "api" && local != "authz" && local != "sandbox" && !strings.HasPrefix(local, "internal/") {
+			return pkg + " reads a policy's files: api, authz, sandbox (its seccomp profiles) and internal/... only"
+		}
+	}
+	// daemon's subpackages are each one concern of the daemon: they import
+	// neither daemon (the compiler refuses the cycle) nor each other, and
+	// only daemon and sluiced's main import them (tests may).
+	if ours && (local == "daemon" || strings.HasPrefix(local, "daemon/")) && strings.HasPrefix(pkg, "daemon/") {
+		return "daemon's subpackages import neither daemon nor each other"
+	}
+	if ours && strings.HasPrefix(local, "daemon/") && pkg != "daemon" && pkg != "cmd/sluiced" {
+		return "daemon's subpackages are daemon's own: only daemon and cmd/sluiced import them"
 	}
 	if ours && strings.HasPrefix(local, "cmd/") && !strings.HasPrefix(pkg, "cmd/") {
 		return "nothing imports cmd/"
 	}
 	return ""
+}
+
+// TestDaemonFences: the rules on daemon's subpackages refuse what they
+// are for, and allow what the packages need.
+func TestDaemonFences(t *testing.T) {
+	for _, c := range []struct {
+		pkg, imp string
+		refused  bool
+	}{
+		{"daemon/transport", mod + "authz", true},
+		{"daemon/transport", mod + "sandbox", true},
+		{"daemon/transport", mod + "audit", true},
+		{"daemon/transport", mod + "daemon", true},
+		{"daemon/transport", mod + "daemon/spill", true},
+		{"daemon/transport", mod + "api", false},
+		{"daemon/transport", "github.com/coreos/go-systemd/v22/activation", false},
+		{"daemon/admission", mod + "api", true},
+		{"daemon/admission", mod + "daemon/transport", true},
+		{"daemon/spill", mod + "audit", true},
+		{"daemon/spill", "golang.org/x/sys/unix", false},
+		{"daemon/spill", "github.com/coreos/go-systemd/v22/daemon", true},
+		{"daemon/recovery", mod + "sandbox", true},
+		{"daemon/recovery", mod + "egress", true},
+		{"daemon/recovery", mod + "daemon/spill", true},
+		{"daemon/recovery", mod + "audit", false},
+		{"daemon/recovery", mod + "internal/fileop", false},
+		{"daemon/policyfiles", mod + "audit", true},
+		{"daemon/policyfiles", mod + "sandbox", false},
+		{"internal/udiff", mod + "api", true},
+		{"daemon", mod + "daemon/transport", false},
+		{"cmd/sluiced", mod + "daemon/transport", false},
+		{"mcp", mod + "daemon/transport", true},
+		{"cmd/sluice/cli", mod + "daemon/recovery", true},
+		{"e2e", mod + "daemon/spill", true},
+	} {
+		if got := forbidden(c.pkg, c.imp) != ""; got != c.refused {
+			t.Errorf("%s importing %s: refused %t, want %t", c.pkg, c.imp, got, c.refused)
+		}
+	}
 }

@@ -1,4 +1,6 @@
-package daemon
+//go:build linux
+
+package transport
 
 import (
 	"log/slog"
@@ -8,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/fsview"
 )
 
-// raiseNofile raises sluiced's soft RLIMIT_NOFILE to its hard limit, so
+// RaiseNofile raises sluiced's soft RLIMIT_NOFILE to its hard limit, so
 // the fds execute views hold for containers' open files (each container
 // capped at its tool's max_open_files, see fsview) come from the whole
 // allowance, and logs the split: views together may hold the limit less
@@ -17,7 +19,7 @@ import (
 // The Go runtime raises the limit when the binary starts; this does it
 // again for a daemon run in a process that lowered it since (tests, an
 // embedding program), and says what the views may use.
-func raiseNofile(log *slog.Logger) {
+func RaiseNofile(log *slog.Logger) {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		log.Warn("read RLIMIT_NOFILE", "err", err)

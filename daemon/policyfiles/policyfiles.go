@@ -1,6 +1,9 @@
 //go:build linux
 
-package daemon
+// Package policyfiles reads the files a policy is loaded from (the
+// manifest and the seccomp profiles its tools name) and refuses a policy
+// one of whose files a write or delete root can reach.
+package policyfiles
 
 import (
 	"errors"
@@ -55,25 +58,27 @@ type policyFile struct {
 	dirs map[devIno]bool
 }
 
-// policyFiles are the files a policy load read: the manifest and the
-// seccomp profiles its tools name (parsed once each).
-type policyFiles struct {
-	files   []*policyFile
-	seccomp map[string]*sandbox.Profile // by the manifest's seccomp value
+// Files are the files a policy load read: the manifest and the seccomp
+// profiles its tools name (parsed once each).
+type Files struct {
+	files []*policyFile
+	// Seccomp holds the profiles parsed, by the manifest's seccomp value.
+	Seccomp map[string]*sandbox.Profile
 }
 
-func newPolicyFiles() *policyFiles {
-	return &policyFiles{seccomp: map[string]*sandbox.Profile{}}
+// New returns an empty set, for one policy load.
+func New() *Files {
+	return &Files{Seccomp: map[string]*sandbox.Profile{}}
 }
 
 // maxPolicySymlinks bounds the symlinks one policy path may pass (the
 // kernel's own limit).
 const maxPolicySymlinks = 40
 
-// read opens name (absolute) by a walk that records each directory it
+// Read opens name (absolute) by a walk that records each directory it
 // looks a name up in, and returns the regular file's contents, read from
 // what was opened. key names the file in errors.
-func (pf *policyFiles) read(key, name string) ([]byte, error) {
+func (pf *Files) Read(key, name string) ([]byte, error) {
 	if !filepath.IsAbs(name) {
 		return nil, fmt.Errorf("%s: %q is not absolute", key, name)
 	}
@@ -410,10 +415,10 @@ func unescapeOctal(s string) string {
 	return b.String()
 }
 
-// writesPolicy refuses a policy one of whose files a write or delete
-// tool's root can reach: the agent could replace the file, and the next
-// reload would load its policy.
-func writesPolicy(m *authz.Manifest, roots map[string][]*securefs.Root, files []*policyFile) error {
+// CheckWrites refuses a policy one of whose files a write or delete
+// tool's root (roots, by tool, as the manifest lists them) can reach: the
+// agent could replace the file, and the next reload would load its policy.
+func (pf *Files) CheckWrites(m *authz.Manifest, roots map[string][]*securefs.Root) error {
 	for _, name := range sortedToolNames(m) {
 		t := m.Tools[name]
 		if o := authz.LookupOp(t.Operation); o == nil || !o.WritesRoots() {
@@ -428,7 +433,7 @@ func writesPolicy(m *authz.Manifest, roots map[string][]*securefs.Root, files []
 			if err != nil {
 				return fmt.Errorf("manifest: tools.%s.roots[%d]: %w", name, i, err)
 			}
-			for _, f := range files {
+			for _, f := range pf.files {
 				if f.dirs[id] {
 					rp, _ := root.Path()
 					return fmt.Errorf("manifest: tools.%s.roots[%d]: %q (%s) can reach %s, the %s: a %s tool could rewrite the policy; keep the manifest, and every file it names, out of every write and delete root (docs/manifest.md)",

@@ -1,6 +1,11 @@
 //go:build linux
 
-package daemon
+// Package transport is the daemon's side of the unix socket and of
+// systemd: the listener and the peer credentials of each connection, the
+// connection caps, socket activation and sd_notify, the follower hub of
+// GET /v1/events, the locks on the daemon's dirs and socket, and the open
+// file limit. It knows nothing of policies, calls or the ledger.
+package transport
 
 import (
 	"container/list"
@@ -31,15 +36,16 @@ type Peer struct {
 	PID      int32
 }
 
-func peerFrom(ctx context.Context) (Peer, bool) {
+// PeerFrom returns the peer credentials ConnContext put in ctx.
+func PeerFrom(ctx context.Context) (Peer, bool) {
 	p, ok := ctx.Value(peerKey{}).(Peer)
 	return p, ok
 }
 
-// connContext puts the peer credentials read when the connection was
+// ConnContext, the http.Server's hook, puts the peer credentials read when the connection was
 // accepted in its context. A connection whose credentials could not be
 // read gets none, and every request on it is refused.
-func connContext(ctx context.Context, c net.Conn) context.Context {
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	var p Peer
 	var ok bool
 	if tc, is := c.(*trackedConn); is {
@@ -74,12 +80,12 @@ func peerCred(c net.Conn) (Peer, bool) {
 	return Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}, true
 }
 
-// listenUnix listens on path with mode 0660 (group "sluice" when that group
+// ListenUnix listens on path with mode 0660 (group "sluice" when that group
 // exists), in a directory created 0750 if missing. A stale socket left by a
 // crashed daemon is removed; a live one, or anything that is not a socket,
 // is an error: we never take over another daemon's socket or delete a
 // file we did not make.
-func listenUnix(path string) (net.Listener, error) {
+func ListenUnix(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -97,7 +103,7 @@ func listenUnix(path string) (net.Listener, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			unlockAll([]*dirLock{lock})
+			UnlockAll([]*DirLock{lock})
 		}
 	}()
 	if fi, err := os.Lstat(path); err == nil {
@@ -155,7 +161,7 @@ func listenUnix(path string) (net.Listener, error) {
 type unlinkListener struct {
 	*net.UnixListener
 	path string
-	lock *dirLock // the socket's lock, released once the socket is gone
+	lock *DirLock // the socket's lock, released once the socket is gone
 	once sync.Once
 }
 
@@ -163,7 +169,7 @@ func (l *unlinkListener) Close() error {
 	err := l.UnixListener.Close()
 	l.once.Do(func() {
 		os.Remove(l.path)
-		unlockAll([]*dirLock{l.lock})
+		UnlockAll([]*DirLock{l.lock})
 	})
 	return err
 }
@@ -180,7 +186,13 @@ func (l *unlinkListener) Close() error {
 // one, the new connection is refused (closed at once).
 type admitListener struct {
 	net.Listener
-	t *connTable
+	t *Conns
+}
+
+// Listener is ln admitting its connections under t's caps (see
+// admitListener).
+func (t *Conns) Listener(ln net.Listener) net.Listener {
+	return &admitListener{Listener: ln, t: t}
 }
 
 func (l *admitListener) Accept() (net.Conn, error) {
@@ -196,11 +208,11 @@ func (l *admitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// connTable counts open connections, in total and per peer uid, and keeps
+// Conns counts open connections, in total and per peer uid, and keeps
 // the idle ones in the order they became idle. http.Server.ConnState
 // reports each connection's state: StateNew and StateIdle are idle (no
 // request in flight), StateActive is busy.
-type connTable struct {
+type Conns struct {
 	maxTotal, maxPerUID int
 	log                 *slog.Logger
 
@@ -220,7 +232,7 @@ type uidConns struct {
 // once when it was accepted.
 type trackedConn struct {
 	net.Conn
-	t     *connTable
+	t     *Conns
 	peer  Peer
 	known bool  // the credentials could be read
 	uid   int64 // peer.UID, or -1 when unknown: those share one count
@@ -232,8 +244,10 @@ type trackedConn struct {
 	idleUID   *list.Element // in its uidConns.idle while idle
 }
 
-func newConnTable(maxTotal, maxPerUID int, log *slog.Logger) *connTable {
-	return &connTable{maxTotal: max(maxTotal, 1), maxPerUID: max(maxPerUID, 1), log: log, uids: map[int64]*uidConns{}}
+// NewConns caps open connections at maxTotal, and at maxPerUID for one
+// peer uid (each at least 1).
+func NewConns(maxTotal, maxPerUID int, log *slog.Logger) *Conns {
+	return &Conns{maxTotal: max(maxTotal, 1), maxPerUID: max(maxPerUID, 1), log: log, uids: map[int64]*uidConns{}}
 }
 
 type eviction struct {
@@ -245,7 +259,7 @@ type eviction struct {
 // admit registers c, from peer p (known: its credentials could be read),
 // as idle, closing what must go to make room for it. It returns nil,
 // having closed c, when c cannot be admitted.
-func (t *connTable) admit(c net.Conn, p Peer, known bool) *trackedConn {
+func (t *Conns) admit(c net.Conn, p Peer, known bool) *trackedConn {
 	tc := &trackedConn{Conn: c, t: t, uid: -1}
 	if known {
 		tc.peer, tc.known, tc.uid = p, true, int64(p.UID)
@@ -304,7 +318,7 @@ func (t *connTable) admit(c net.Conn, p Peer, known bool) *trackedConn {
 
 // setIdleLocked moves c into or out of the idle lists; a connection that
 // turns idle again goes to the back.
-func (t *connTable) setIdleLocked(c *trackedConn, u *uidConns, idle bool, now time.Time) {
+func (t *Conns) setIdleLocked(c *trackedConn, u *uidConns, idle bool, now time.Time) {
 	switch {
 	case idle && c.idleAll == nil:
 		c.idleSince = now
@@ -318,7 +332,7 @@ func (t *connTable) setIdleLocked(c *trackedConn, u *uidConns, idle bool, now ti
 }
 
 // dropLocked stops counting c; it is closing or about to be.
-func (t *connTable) dropLocked(c *trackedConn) {
+func (t *Conns) dropLocked(c *trackedConn) {
 	if c.gone {
 		return
 	}
@@ -332,8 +346,8 @@ func (t *connTable) dropLocked(c *trackedConn) {
 	}
 }
 
-// connState is the http.Server's ConnState hook.
-func (t *connTable) connState(c net.Conn, s http.ConnState) {
+// ConnState is the http.Server's ConnState hook.
+func (t *Conns) ConnState(c net.Conn, s http.ConnState) {
 	tc, ok := c.(*trackedConn)
 	if !ok {
 		return
@@ -353,8 +367,8 @@ func (t *connTable) connState(c net.Conn, s http.ConnState) {
 	}
 }
 
-// stats reports open connections and how many were evicted or refused.
-func (t *connTable) stats() (open int, evicted, refused uint64) {
+// Stats reports open connections and how many were evicted or refused.
+func (t *Conns) Stats() (open int, evicted, refused uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.total, t.evicted, t.refused

@@ -1,7 +1,8 @@
-package daemon
+//go:build linux
+
+package transport
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -10,21 +11,19 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sluicehq/sluice/authz"
 )
 
 // lockName is the lock file every sluiced holds in its run dir and in its
 // state dir for as long as it runs.
 const lockName = ".sluiced.lock"
 
-// dirLock is an exclusive flock on DIR/.sluiced.lock, held for the
+// DirLock is an exclusive flock on DIR/.sluiced.lock, held for the
 // daemon's life. A second sluiced on the same run dir used to sweep it
 // (killing the first one's running commands, unmounting its views,
 // dropping its /etc dirs) and the write-temp journal before the ledger's
 // lock refused it; now both dirs are locked before anything in them is
 // read, swept or mounted, and a refused daemon changes nothing.
-type dirLock struct {
+type DirLock struct {
 	f *os.File
 }
 
@@ -32,15 +31,15 @@ type dirLock struct {
 // socket's) lock.
 var ErrInUse = errors.New("in use by another daemon")
 
-// lockDirs locks each dir in order (a dir named twice, or two names of
+// LockDirs locks each dir ({what, path}) in order (a dir named twice, or two names of
 // one dir, is locked once). On error, the locks already taken are
 // released.
-func lockDirs(dirs ...[2]string) ([]*dirLock, error) {
-	var locks []*dirLock
+func LockDirs(dirs ...[2]string) ([]*DirLock, error) {
+	var locks []*DirLock
 	for _, d := range dirs {
 		l, err := lockDir(d[0], d[1], locks)
 		if err != nil {
-			unlockAll(locks)
+			UnlockAll(locks)
 			return nil, err
 		}
 		if l != nil {
@@ -50,7 +49,8 @@ func lockDirs(dirs ...[2]string) ([]*dirLock, error) {
 	return locks, nil
 }
 
-func unlockAll(locks []*dirLock) {
+// UnlockAll releases locks.
+func UnlockAll(locks []*DirLock) {
 	for _, l := range locks {
 		l.f.Close() // closing the last fd of the open file description drops the flock
 	}
@@ -63,7 +63,7 @@ func unlockAll(locks []*dirLock) {
 // closes it), so a lock never outlives the daemon in a container. held are
 // locks this daemon already took: the same file again (the state dir
 // is the run dir) is not locked twice, or flock would refuse our own.
-func lockDir(what, dir string, held []*dirLock) (*dirLock, error) {
+func lockDir(what, dir string, held []*DirLock) (*DirLock, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, dir, err)
 	}
@@ -77,7 +77,7 @@ func lockDir(what, dir string, held []*dirLock) (*dirLock, error) {
 // lockFile takes an exclusive flock on the file p (created 0600) without
 // waiting, and writes this process's pid in it. subject and hint word the
 // refusal when another sluiced holds it.
-func lockFile(subject, p string, held []*dirLock, hint string) (*dirLock, error) {
+func lockFile(subject, p string, held []*DirLock, hint string) (*DirLock, error) {
 	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NOCTTY, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%s: lock: %w", subject, err)
@@ -114,21 +114,5 @@ func lockFile(subject, p string, held []*dirLock, hint string) (*dirLock, error)
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt(pid, 0)
 	}
-	return &dirLock{f: f}, nil
-}
-
-// checkManifest reads and parses the manifest without acting on it (no
-// root is opened, no view mounted), as loadPolicyWith will again once the
-// dirs are locked.
-func checkManifest(manifestPath string) error {
-	abs, err := filepath.Abs(manifestPath)
-	if err != nil {
-		return err
-	}
-	data, err := os.ReadFile(abs)
-	if err != nil {
-		return fmt.Errorf("read manifest: %w", err)
-	}
-	_, err = authz.ParseFile(abs, bytes.NewReader(data), filepath.Dir(abs))
-	return err
+	return &DirLock{f: f}, nil
 }

@@ -391,3 +391,74 @@ func TestHintsAgreeWithEffects(t *testing.T) {
 		}
 	}
 }
+
+// TestNetTargetDecided: a fetch's or post's URL is authorized once, when
+// the daemon resolves it (Op.NetTarget), into the request the executor
+// sends; Decide checks that target with the addresses beside it and hands
+// it on in the decision's resource, and decides a request without one
+// (replay: the recorded URL and addresses) the same way. A target made
+// for other args is refused (internal_error); a refused URL is denied
+// naming the key that refused it, and its resolution is not recorded.
+func TestNetTargetDecided(t *testing.T) {
+	m := parse(t, `{"schema_version":1,"tools":{
+	  "f":{"operation":"fetch","hosts":["api.example"],"allowed_headers":["Accept"]},
+	  "p":{"operation":"post","webhooks":["https://hooks.example/h/*"],"max_request_bytes":8}}}`)
+	addrs := []string{"140.82.112.6"}
+	decide := func(tool, args string, withTarget bool) (Decision, *NetTarget) {
+		t.Helper()
+		tl := m.Tools[tool]
+		o := LookupOp(tl.Operation)
+		a, err := o.DecodeArgs(tl, []byte(args))
+		if err != nil || a.Invalid != "" {
+			t.Fatalf("%s: %v %s", args, err, a.Invalid)
+		}
+		res := Resource{Outcome: OutcomeOK, Addrs: addrs}
+		var nt *NetTarget
+		if withTarget {
+			nt = o.NetTarget(tl, a.Value)
+			res.Net = nt
+			if nt.Refused() {
+				res = Resource{Outcome: OutcomeRefused, Net: nt}
+			}
+		}
+		return Decide(m, &Request{Principal: LocalPrincipal, Tool: tool, Args: a.Value, Resolved: [][]Resource{{res}}}), nt
+	}
+	for _, c := range []struct {
+		tool, args string
+		reason     api.Reason
+		rule       string
+	}{
+		{"f", `{"url":"https://api.example/v1?q=1","headers":{"accept":"text/plain"}}`, api.ReasonAllowed, "tools.f.hosts[0]"},
+		{"f", `{"url":"https://api.example/v1","method":"HEAD"}`, api.ReasonAllowed, "tools.f.hosts[0]"},
+		{"f", `{"url":"https://evil.example/"}`, api.ReasonEgressDenied, "tools.f.hosts"},
+		{"f", `{"url":"https://api.example@evil.example/"}`, api.ReasonEgressDenied, "tools.f.hosts"},
+		{"f", `{"url":"https://api.example/","headers":{"Authorization":"x"}}`, api.ReasonEgressDenied, "tools.f.allowed_headers"},
+		{"p", `{"url":"https://hooks.example/h/x","body":{}}`, api.ReasonAllowed, "tools.p.webhooks[0]"},
+		{"p", `{"url":"https://hooks.example/h/..;/x","body":{}}`, api.ReasonEgressDenied, "tools.p.webhooks"},
+		{"p", `{"url":"https://hooks.example/h/x","body":{"long":1}}`, api.ReasonLimitExceeded, "tools.p.max_request_bytes"},
+	} {
+		d, nt := decide(c.tool, c.args, true)
+		if d.Reason != c.reason || d.Rule != c.rule {
+			t.Errorf("%s %s: %s (%s), want %s (%s)", c.tool, c.args, d.Reason, d.Rule, c.reason, c.rule)
+		}
+		if d.Allowed() && (d.Resource == nil || d.Resource.Net != nt || nt.Request.Target().Host == "") {
+			t.Errorf("%s: the decision does not carry the target it checked", c.args)
+		}
+		if nt.Refused() {
+			if rec := LookupOp(m.Tools[c.tool].Operation).RecordResolved([][]Resource{{{Outcome: OutcomeRefused, Net: nt}}}); rec != nil {
+				t.Errorf("%s: a refused URL's resolution recorded: %s", c.args, rec)
+			}
+		}
+		if r, _ := decide(c.tool, c.args, false); r.Reason != d.Reason || r.Rule != d.Rule {
+			t.Errorf("%s without a target (replay): %s (%s), want %s (%s)", c.args, r.Reason, r.Rule, d.Reason, d.Rule)
+		}
+	}
+	// A target made for other args than the request's.
+	tl := m.Tools["f"]
+	a1, _ := opFetch.DecodeArgs(tl, []byte(`{"url":"https://api.example/a"}`))
+	a2, _ := opFetch.DecodeArgs(tl, []byte(`{"url":"https://api.example/b"}`))
+	res := Resource{Outcome: OutcomeOK, Addrs: addrs, Net: opFetch.NetTarget(tl, a1.Value)}
+	if d := Decide(m, &Request{Principal: LocalPrincipal, Tool: "f", Args: a2.Value, Resolved: [][]Resource{{res}}}); d.Reason != api.ReasonInternalError {
+		t.Errorf("a target made for other args: %s, want internal_error", d.Reason)
+	}
+}

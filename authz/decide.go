@@ -214,6 +214,9 @@ const (
 	OutcomeNotFound = "not_found" // ENOENT/ENOTDIR beneath the root
 	OutcomeInvalid  = "invalid"   // ENAMETOOLONG and the like
 	OutcomeError    = "error"     // anything else: fail closed
+	// OutcomeRefused is a URL its tool's policy refused (NetTarget): its
+	// host was never looked up, and the record keeps no resolution of it.
+	OutcomeRefused = "refused"
 )
 
 // File kinds of a resolved resource: the one api.Kind type.
@@ -247,6 +250,11 @@ type Resource struct {
 	// the decision checks every address, and the request goes to the
 	// first (docs/egress.md).
 	Addrs []string `json:"addrs,omitempty"`
+	// Net is a fetch's or post's URL as its tool's policy authorized it,
+	// when the daemon resolved it (Op.NetTarget): what the decision checks
+	// and the executor sends. Never recorded; nil in a resource read back
+	// from a record, for which Decide authorizes the recorded URL itself.
+	Net *NetTarget `json:"-"`
 }
 
 // Request is an already-parsed, already-resolved call: what is common to
@@ -285,22 +293,25 @@ func (r *Request) target(i int) []Resource {
 // object of them by target name. A URL's resolution keeps its query
 // values by digest (RecordURL), like the args.
 func (o *Op) RecordResolved(res [][]Resource) json.RawMessage {
-	var n int
-	for _, r := range res {
-		n += len(r)
-	}
-	if n == 0 {
-		return nil
-	}
 	out := make([][]Resource, len(res))
 	for i, r := range res {
 		out[i] = r
 		if i < len(o.Targets) && o.Targets[i].Resolve == ResolveNet {
-			out[i] = slices.Clone(r)
-			for j := range out[i] {
-				out[i][j].Path = RecordURL(out[i][j].Path)
+			out[i] = nil
+			for _, rs := range r {
+				if rs.Outcome != OutcomeRefused { // never looked up
+					rs.Path, rs.Net = RecordURL(rs.Path), nil
+					out[i] = append(out[i], rs)
+				}
 			}
 		}
+	}
+	var n int
+	for _, r := range out {
+		n += len(r)
+	}
+	if n == 0 {
+		return nil
 	}
 	if len(o.Targets) <= 1 {
 		return mustJSON(out[0])

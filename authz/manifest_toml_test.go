@@ -136,10 +136,10 @@ func TestExampleCapabilities(t *testing.T) {
 		req  Request
 		want api.Reason
 	}{
-		{Request{Principal: "local", Tool: "http_fetch", Args: &FetchArgs{URL: s("https://api.github.com/repos/x/y")},
+		{Request{Principal: "local", Tool: "http_fetch", Args: &FetchArgs{URL: s("https://api.github.com/repos/x/y"), Method: "GET"},
 			Resolved: [][]Resource{{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.6"}}}}}, api.ReasonAllowed},
 		{Request{Principal: "local", Tool: "http_fetch", Args: &FetchArgs{URL: s("https://api.github.com.evil.example/")}}, api.ReasonEgressDenied},
-		{Request{Principal: "local", Tool: "http_fetch", Args: &FetchArgs{URL: s("https://api.github.com/")},
+		{Request{Principal: "local", Tool: "http_fetch", Args: &FetchArgs{URL: s("https://api.github.com/"), Method: "GET"},
 			Resolved: [][]Resource{{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.6", "127.0.0.1"}}}}}, api.ReasonEgressDenied},
 		{Request{Principal: "local", Tool: "notify", Args: &PostArgs{URL: s("https://hooks.internal.example/ci")},
 			Resolved: [][]Resource{{{Outcome: OutcomeOK, Addrs: []string{"140.82.112.7"}}}}}, api.ReasonApprovalRequired},

@@ -66,10 +66,15 @@ type Op struct {
 	// daemon's half adds what needs the kernel or the parked body (the
 	// file as it is now, a diff, the body itself).
 	show func(t *Tool, a OpArgs, ch *api.ApprovalChange)
-	// net authorizes a network target's URL under the tool's policy
-	// (fetch: its hosts; post: its webhooks), for the one lookup.
-	net func(p *netpolicy.Policy, unsafeURL string) (*netpolicy.Target, netpolicy.Rule, error)
+	// net authorizes a network operation's args under the tool's policy
+	// into the request it sends (fetch: its hosts and headers; post: its
+	// webhooks): NetTarget, once per resolution, and Decide for a request
+	// that carries none.
+	net netAuthorizer
 }
+
+// netAuthorizer is an operation's pure authorization of its URL target.
+type netAuthorizer func(p *netpolicy.Policy, a OpArgs) (*netpolicy.Request, error)
 
 // OpArgs are one operation's typed args (ReadArgs, WriteArgs, FetchArgs,
 // …): each operation owns its type, and only its own file looks inside.
@@ -132,16 +137,44 @@ func (o *Op) Network() bool {
 	return false
 }
 
-// AuthorizeNet checks a network target's URL under t's policy, as the
-// decision will, before the daemon looks its host up: a refused URL
-// costs no lookup.
-func (o *Op) AuthorizeNet(t *Tool, unsafeURL string) (*netpolicy.Target, error) {
+// NetTarget is a fetch's or post's URL target as its tool's policy
+// authorized it (Op.NetTarget): the request to send (netpolicy.Request:
+// scheme, host, port, the URL with its path and query as sent, the
+// effective method, the allowed headers, the entry that allowed it), or
+// why it is refused. It is the URL's held fd: the daemon makes it once
+// when it resolves the call, looks its host up once only when it is
+// allowed, and carries both in the target's Resource; Decide checks them
+// and the executor sends exactly this request to the address the
+// decision checked. It is never recorded: replay builds it again from
+// the recorded URL by the same pure function.
+type NetTarget struct {
+	// Request is the authorized request; nil when refused.
+	Request *netpolicy.Request
+	err     error  // why it is refused
+	args    OpArgs // the args it was made from
+}
+
+// Refused says whether the policy refused the URL (or its method or
+// headers): its host is not looked up.
+func (nt *NetTarget) Refused() bool { return nt.Request == nil }
+
+// NetTarget authorizes a network operation's args under t's policy, once,
+// as Decide will check it, before the daemon looks the URL's host up: a
+// refused URL costs no lookup.
+func (o *Op) NetTarget(t *Tool, a OpArgs) *NetTarget { return newNetTarget(o.net, t, a) }
+
+func newNetTarget(authorize netAuthorizer, t *Tool, a OpArgs) *NetTarget {
+	nt := &NetTarget{args: a}
 	p := t.NetPolicy()
-	if p == nil || o.net == nil {
-		return nil, errNoNet
+	if p == nil || authorize == nil {
+		nt.err = errNoNet
+		return nt
 	}
-	tgt, _, err := o.net(p, unsafeURL)
-	return tgt, err
+	nt.Request, nt.err = authorize(p, a)
+	if nt.Request == nil && nt.err == nil {
+		nt.err = errNoNet
+	}
+	return nt
 }
 
 var errNoNet = errors.New("not a network operation")

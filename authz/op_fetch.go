@@ -2,6 +2,7 @@ package authz
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -17,12 +18,15 @@ import (
 // FetchArgs are a fetch's args: {"url", "method"?, "headers"?}; Method
 // is GET when omitted.
 type FetchArgs struct {
-	URL     *string // nil when absent
+	URL *string // nil when absent
+	// Method is the effective method, GET or HEAD: decode applies the
+	// default, the one place it is applied.
 	Method  string
 	Headers map[string]string
 	// recorded is the URL as the ledger kept it (query values by
 	// digest), when the args were read back from a record.
 	recorded string
+	parsed   parsedURL
 }
 
 func (a *FetchArgs) Subject() string {
@@ -44,16 +48,18 @@ func urlTarget[A OpArgs](url func(A) *string) []Target {
 }
 
 // opFetch is a GET or HEAD that sluiced performs itself: args {"url",
-// "method"?, "headers"?}. The URL is authorized by parsing (hosts,
-// schemes, ports; every URL trick refused), the host is looked up once by
-// the daemon and every address of the answer checked here, and the request
-// goes to exactly the address that was checked (docs/egress.md).
+// "method"?, "headers"?}. The URL is parsed once (every URL trick
+// refused) and authorized once with the method and headers (hosts,
+// schemes, ports, allowed_headers) into the request to send; the host is
+// looked up once by the daemon and every address of the answer checked
+// here, and that request goes to exactly the address that was checked
+// (docs/egress.md).
 var opFetch = Op{
 	Name:     api.OpFetch,
 	Hints:    api.ToolHints{ReadOnly: true, Idempotent: true},
 	Keys:     []string{"hosts", "schemes", "max_redirects", "allowed_headers", "insecure_allow_private", "timeout_ms"},
 	Targets:  urlTarget(func(a *FetchArgs) *string { return a.URL }),
-	net:      (*netpolicy.Policy).AuthorizeURL,
+	net:      authorizeFetch,
 	Effects:  true, // a GET carries what its URL says to a server: durable before it leaves
 	validate: []validator{validateNet},
 	decode: func(t *Tool, raw []byte, a *Args) error {
@@ -74,7 +80,8 @@ var opFetch = Op{
 		}
 		rec := map[string]any{"method": f.Method}
 		if fa.URL != nil {
-			recordNetURL(rec, *fa.URL, false)
+			f.parsed = parseURL(*fa.URL)
+			recordNetURL(rec, *fa.URL, f.parsed.err, false)
 		}
 		if len(fa.Headers) > 0 {
 			rec["headers"] = recordHeaders(fa.Headers)
@@ -95,18 +102,7 @@ var opFetch = Op{
 		return true
 	},
 	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
-		fa, ok := argsOf[FetchArgs](req)
-		if !ok {
-			return deny(api.ReasonInternalError, ix.key)
-		}
-		tgt, rule, err := t.net.AuthorizeURL(derefURL(fa.URL))
-		if err != nil {
-			return deny(api.ReasonEgressDenied, ix.key+".hosts")
-		}
-		if _, err := t.net.CheckHeaders(fa.Headers); err != nil {
-			return deny(api.ReasonEgressDenied, ix.key+".allowed_headers")
-		}
-		return decideAddrs(t, ix, req.target(0), tgt, ruleKey(ix, rule))
+		return decideNet(t, ix, req, authorizeFetch, "hosts", nil)
 	},
 	// An approver sees the method, the whole URL (its query string is
 	// what a fetch carries out) and the headers as the ledger keeps them.
@@ -141,6 +137,49 @@ var opFetch = Op{
 	},
 }
 
+// authorizeFetch is a fetch's target: its URL as decode parsed it,
+// authorized with its method and headers (netpolicy.Policy.AuthorizeFetch).
+func authorizeFetch(p *netpolicy.Policy, a OpArgs) (*netpolicy.Request, error) {
+	fa, ok := a.(*FetchArgs)
+	if !ok {
+		if a != nil {
+			return nil, errNoNet
+		}
+		fa = &FetchArgs{}
+	}
+	t, err := fa.parsed.of(fa.URL)
+	if err != nil {
+		return nil, err
+	}
+	return p.AuthorizeFetch(t, fa.Method, fa.Headers)
+}
+
+// parsedURL is a fetch's or post's URL as its args' decoder parsed it
+// (netpolicy.ParseURL), once: what its target is authorized from.
+type parsedURL struct {
+	t   *netpolicy.Target
+	err error
+}
+
+func parseURL(unsafeURL string) parsedURL {
+	t, err := netpolicy.ParseURL(unsafeURL)
+	return parsedURL{t, err}
+}
+
+// of is the URL u parsed: as the decoder kept it, or, for args read back
+// from a record or made by hand, parsed now. A nil u is no target (the
+// policy refuses it).
+func (p *parsedURL) of(u *string) (*netpolicy.Target, error) {
+	switch {
+	case p.t != nil || p.err != nil:
+		return p.t, p.err
+	case u == nil:
+		return nil, nil
+	}
+	q := parseURL(*u)
+	return q.t, q.err
+}
+
 // RecordURL is what the ledger keeps of a fetch's or post's URL, and of
 // the resource, target and redirect hops that name one: scheme, authority
 // and path as written (cut past MaxURLBytes, which no URL that parses
@@ -153,9 +192,9 @@ func RecordURL(unsafeURL string) string { return redact.URL(unsafeURL, netpolicy
 // URL, and what replay needs to decide it again (recordedURL): that it did
 // not parse, which every manifest refuses, and, for a post, whose webhooks
 // match the query exactly, the sha256 of the whole query.
-func recordNetURL(rec map[string]any, unsafeURL string, query bool) {
+func recordNetURL(rec map[string]any, unsafeURL string, parseErr error, query bool) {
 	rec["url"] = RecordURL(unsafeURL)
-	if _, err := netpolicy.ParseURL(unsafeURL); err != nil {
+	if parseErr != nil {
 		rec["url_invalid"] = true
 	}
 	base, _, _ := strings.Cut(unsafeURL, "#")
@@ -258,13 +297,53 @@ func validateNet(key string, t *Tool) error {
 // NetPolicy is a fetch or post tool's network policy (nil for others).
 func (t *Tool) NetPolicy() *netpolicy.Policy { return t.net }
 
+// decideNet decides a fetch or post on its target: the request its URL
+// was authorized into (refused: egress_denied, naming the key that
+// refused it, urlKey for the URL itself), then the operation's own check
+// of its args (a post's body size), then the addresses of the host's one
+// lookup (decideAddrs). The target is the one the daemon made when it
+// resolved the call (Resource.Net), which the executor sends; a request
+// without one (replay, from the recorded URL and addresses) has it made
+// here by the same pure function.
+func decideNet(t *Tool, ix *toolIndex, req *Request, authorize netAuthorizer, urlKey string, check func() (Decision, bool)) Decision {
+	resolved := req.target(0)
+	var nt *NetTarget
+	if len(resolved) == 1 {
+		nt = resolved[0].Net
+	}
+	switch {
+	case nt == nil:
+		nt = newNetTarget(authorize, t, req.Args)
+	case nt.args != req.Args:
+		return deny(api.ReasonInternalError, ix.key) // made for other args: fail closed
+	}
+	if nt.Refused() {
+		var de *netpolicy.DeniedError
+		switch {
+		case errors.As(nt.err, &de) && de.Key != "":
+			return deny(api.ReasonEgressDenied, ix.key+"."+de.Key)
+		case errors.As(nt.err, &de):
+			return deny(api.ReasonEgressDenied, ix.key+"."+urlKey)
+		case errors.Is(nt.err, netpolicy.ErrInvalidRequest):
+			return deny(api.ReasonInvalidArgs, ix.key)
+		}
+		return deny(api.ReasonInternalError, ix.key)
+	}
+	if check != nil {
+		if d, denied := check(); denied {
+			return d
+		}
+	}
+	return decideAddrs(t, ix, resolved, ruleKey(ix, nt.Request.Rule()))
+}
+
 // decideAddrs checks what the daemon's one lookup of the host returned:
 // every address must be one the tool may reach (a public address, unless
 // insecure_allow_private), or the call is refused before anything is sent
 // (an answer that mixes a public address and 127.0.0.1 is DNS rebinding).
 // A name that did not resolve is allowed: the call then ends
 // upstream_error without dialing.
-func decideAddrs(t *Tool, ix *toolIndex, resolved []Resource, tgt *netpolicy.Target, rule string) Decision {
+func decideAddrs(t *Tool, ix *toolIndex, resolved []Resource, rule string) Decision {
 	if len(resolved) != 1 {
 		return deny(api.ReasonInternalError, ix.key) // not resolved as it had to be: fail closed
 	}
@@ -301,13 +380,6 @@ func decideAddrs(t *Tool, ix *toolIndex, resolved []Resource, tgt *netpolicy.Tar
 // ruleKey names the entry that allowed a URL: tools.NAME.hosts[i].
 func ruleKey(ix *toolIndex, r netpolicy.Rule) string {
 	return ix.key + "." + r.Key + "[" + strconv.Itoa(r.Index) + "]"
-}
-
-func derefURL(u *string) string {
-	if u == nil {
-		return ""
-	}
-	return *u
 }
 
 // allowedHeaders is what a fetch tool lets the agent set.

@@ -17,6 +17,7 @@ type PostArgs struct {
 	Body      []byte
 	BodyBytes int64
 	recorded  string // the URL as the ledger kept it, when read back from a record
+	parsed    parsedURL
 }
 
 func (a *PostArgs) Subject() string {
@@ -36,7 +37,7 @@ var opPost = Op{
 	Hints:    api.ToolHints{},
 	Keys:     []string{"webhooks", "max_request_bytes", "schemes", "insecure_allow_private", "timeout_ms"},
 	Targets:  urlTarget(func(a *PostArgs) *string { return a.URL }),
-	net:      (*netpolicy.Policy).AuthorizeWebhook,
+	net:      authorizePost,
 	Effects:  true,
 	Binds:    true,
 	validate: []validator{validateNet},
@@ -60,7 +61,8 @@ var opPost = Op{
 		}
 		rec := map[string]any{"body_sha256": sha256Of(p.Body), "body_len": len(p.Body)}
 		if pa.URL != nil {
-			recordNetURL(rec, *pa.URL, true)
+			p.parsed = parseURL(*pa.URL)
+			recordNetURL(rec, *pa.URL, p.parsed.err, true)
 		}
 		a.Record = RecordArgs(mustJSON(rec))
 		return nil
@@ -90,14 +92,12 @@ var opPost = Op{
 		if !ok {
 			return deny(api.ReasonInternalError, ix.key)
 		}
-		tgt, rule, err := t.net.AuthorizeWebhook(derefURL(pa.URL))
-		if err != nil {
-			return deny(api.ReasonEgressDenied, ix.key+".webhooks")
-		}
-		if pa.BodyBytes > t.net.MaxRequestBytes() {
-			return deny(api.ReasonLimitExceeded, ix.key+".max_request_bytes")
-		}
-		return decideAddrs(t, ix, req.target(0), tgt, ruleKey(ix, rule))
+		return decideNet(t, ix, req, authorizePost, "webhooks", func() (Decision, bool) {
+			if pa.BodyBytes > t.net.MaxRequestBytes() {
+				return deny(api.ReasonLimitExceeded, ix.key+".max_request_bytes"), true
+			}
+			return Decision{}, false
+		})
 	},
 	schema: func(t *Tool) map[string]any {
 		return map[string]any{
@@ -125,4 +125,21 @@ var opPost = Op{
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Post a JSON body to %s.", strings.Join(t.Webhooks, ", "))
 	},
+}
+
+// authorizePost is a post's target: its URL as decode parsed it,
+// matched against the webhooks (netpolicy.Policy.AuthorizePost).
+func authorizePost(p *netpolicy.Policy, a OpArgs) (*netpolicy.Request, error) {
+	pa, ok := a.(*PostArgs)
+	if !ok {
+		if a != nil {
+			return nil, errNoNet
+		}
+		pa = &PostArgs{}
+	}
+	t, err := pa.parsed.of(pa.URL)
+	if err != nil {
+		return nil, err
+	}
+	return p.AuthorizePost(t)
 }

@@ -203,6 +203,7 @@ func (c *call) awaitApproval(em emitter) bool {
 	}
 	if c.dec.Resource != nil {
 		r := *c.dec.Resource
+		r.Net = nil // a URL's authorized request: made again after the wait
 		pk.shown.res = &r
 	}
 	c.dropBody()

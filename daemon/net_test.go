@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/egress"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
 	"github.com/sluicehq/sluice/replay"
@@ -512,5 +513,95 @@ func TestPostPathConfusion(t *testing.T) {
 	}
 	if res, body := h.call("post_any", map[string]any{"url": base + "/hooks/a/b", "body": map[string]string{"x": "y"}}); !res.OK || res.HTTPStatus != 204 {
 		t.Errorf("post to a canonical path under the glob: %s", body)
+	}
+}
+
+// movingResolver answers its first lookup with one address and every
+// later one with another: a DNS answer that changes between the decision
+// and the dial (rebinding).
+type movingResolver struct {
+	mu           sync.Mutex
+	lookups      int
+	first, later netip.Addr
+}
+
+func (r *movingResolver) LookupNetIP(_ context.Context, _, _ string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lookups++
+	if r.lookups == 1 {
+		return []netip.Addr{r.first}, nil
+	}
+	return []netip.Addr{r.later}, nil
+}
+
+func (r *movingResolver) reset() (n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, r.lookups = r.lookups, 0
+	return n
+}
+
+// TestNetSendsToTheDecidedAddress: a fetch and a post go to the address
+// their decision checked — the answer of their host's one lookup, which
+// the decision record keeps — though the name answers another address
+// afterwards: the executor sends the request the decision checked to
+// that address, with no second lookup, and the server at the later
+// address sees nothing.
+func TestNetSendsToTheDecidedAddress(t *testing.T) {
+	testutil.RequireRoot(t)
+	up := newUpstream(t, "")
+	l, err := net.Listen("tcp4", fmt.Sprintf("127.0.0.2:%d", up.port)) // the later answer, same port
+	testutil.Must(t, err)
+	var laterHits atomic.Int64
+	later := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		laterHits.Add(1)
+		io.WriteString(w, "the later address")
+	})}
+	go later.Serve(l)
+	t.Cleanup(func() { later.Close() })
+
+	res := &movingResolver{first: netip.MustParseAddr("127.0.0.1"), later: netip.MustParseAddr("127.0.0.2")}
+	saved := netClient
+	netClient = &egress.Client{Resolver: res}
+	t.Cleanup(func() { netClient = saved })
+	h := start(t, writeManifest(t, t.TempDir(), fmt.Sprintf(`{"schema_version":1,"tools":{
+	  "fetch_moving":{"operation":"fetch","hosts":["moving.test:%[1]d"],"schemes":["http"],"insecure_allow_private":true},
+	  "post_moving":{"operation":"post","webhooks":["http://moving.test:%[1]d/hooks/*"],"schemes":["http"],"insecure_allow_private":true}}}`,
+		up.port)), securefs.ModeAuto)
+
+	decided := fmt.Sprintf("127.0.0.1:%d", up.port)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"fetch_moving", map[string]any{"url": fmt.Sprintf("http://moving.test:%d/hello", up.port)}, "hello from netServer\n"},
+		{"post_moving", map[string]any{"url": fmt.Sprintf("http://moving.test:%d/hooks/x", up.port), "body": map[string]any{"n": 1}}, ""},
+	} {
+		res.reset()
+		r, body := h.call(c.tool, c.args)
+		if r.Verdict != api.VerdictAllow || !r.OK || (c.want != "" && (r.Output == nil || *r.Output != c.want)) {
+			t.Errorf("%s: %s", c.tool, body)
+		}
+		if n := res.reset(); n != 1 {
+			t.Errorf("%s: moving.test looked up %d times, want once", c.tool, n)
+		}
+		if rec := h.lastResult(r.CallID); rec.Egress == nil || rec.Egress.Addr != decided {
+			t.Errorf("%s: sent to %+v, want %s (the decided address)", c.tool, rec.Egress, decided)
+		}
+		var dec audit.Record
+		for _, line := range bytes.Split(h.ledger(), []byte("\n")) {
+			var rec audit.Record
+			if json.Unmarshal(line, &rec) == nil && rec.CallID == r.CallID && rec.Kind == audit.KindDecision {
+				dec = rec
+			}
+		}
+		if !bytes.Contains(dec.Resolved, []byte(`"addrs":["127.0.0.1"]`)) {
+			t.Errorf("%s: decision record resolved %s, want the one answer", c.tool, dec.Resolved)
+		}
+	}
+	if n := laterHits.Load(); n != 0 {
+		t.Errorf("the address the name answered after the decision was reached %d times", n)
 	}
 }

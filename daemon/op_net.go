@@ -11,29 +11,34 @@ import (
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/egress"
+	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/redact"
 )
 
-// The daemon's half of fetch and post (docs/egress.md): resolve the URL's
-// host once (the network's openat2: the answer is recorded and decided on),
-// then send the request to exactly the address the decision checked.
+// The daemon's half of fetch and post (docs/egress.md): authorize the URL
+// once into the request to send and look its host up once (the network's
+// openat2: the answer is recorded and decided on), then send that request
+// to exactly the address the decision checked.
 
 // netClient performs fetch and post: the system resolver, the system's
 // roots, proxy variables ignored (egress.Client).
 var netClient = &egress.Client{}
 
-// resolveNet looks up the host of a fetch's or post's URL once, but only
-// when the URL is one the tool allows: a refused URL costs no lookup, so
-// DNS learns nothing of what an agent was refused. The answer goes into
-// the request (and the decision record) for authz to check.
-func (c *call) resolveNet(unsafeURL string) []authz.Resource {
-	p := c.tool.NetPolicy()
-	t, err := c.op.AuthorizeNet(c.tool, unsafeURL)
-	if err != nil {
-		return nil // authz denies it (egress_denied) on the same check
+// resolveNet resolves a fetch's or post's URL target once: the URL
+// authorized by the tool's policy into the request to send (authz.
+// NetTarget, pure), then, only when it is allowed, its host looked up
+// once — a refused URL costs no lookup, so DNS learns nothing of what an
+// agent was refused. Both go into the target's resource, which Decide
+// checks (the answer into the decision record too) and the executor
+// sends: the URL's held fd.
+func (c *call) resolveNet() []authz.Resource {
+	nt := c.op.NetTarget(c.tool, c.areq.Args)
+	if nt.Refused() {
+		return []authz.Resource{{Outcome: authz.OutcomeRefused, Net: nt}} // Decide denies it; not recorded
 	}
-	res := authz.Resource{Outcome: authz.OutcomeOK, Path: t.String()}
-	ctx, cancel := context.WithTimeout(c.ctx, p.Timeout())
+	t := nt.Request.Target()
+	res := authz.Resource{Outcome: authz.OutcomeOK, Path: t.String(), Net: nt}
+	ctx, cancel := context.WithTimeout(c.ctx, c.tool.NetPolicy().Timeout())
 	defer cancel()
 	addrs, err := netClient.Lookup(ctx, t)
 	switch {
@@ -48,55 +53,49 @@ func (c *call) resolveNet(unsafeURL string) []authz.Resource {
 	return []authz.Resource{res}
 }
 
-// pinned is the address the decision checked for t's port: the first of
-// the answer (every one of which was checked).
-func (c *call) pinned(port uint16) netip.AddrPort {
-	r := c.decidedBy(0)
-	if r == nil || len(r.Addrs) == 0 {
-		return netip.AddrPort{}
+// decidedNet is what the decision checked of the call's URL target: the
+// request its URL was authorized into, and the first address of its
+// host's one lookup (every one of which was checked); no address when the
+// name did not resolve. ok is false when the decision checked no target
+// (fail closed).
+func (c *call) decidedNet() (r *netpolicy.Request, addr netip.Addr, ok bool) {
+	res := c.decidedBy(0)
+	if res == nil || res.Net == nil || res.Net.Refused() {
+		return nil, netip.Addr{}, false
 	}
-	a, err := netip.ParseAddr(r.Addrs[0])
-	if err != nil {
-		return netip.AddrPort{}
+	if len(res.Addrs) > 0 {
+		if a, err := netip.ParseAddr(res.Addrs[0]); err == nil {
+			addr = a
+		}
 	}
-	return netip.AddrPortFrom(a, port)
+	return res.Net.Request, addr, true
 }
 
 func execFetch(c *call, _ func(string, []byte)) *outcome {
-	p := c.tool.NetPolicy()
-	fa, ok := c.areq.Args.(*authz.FetchArgs)
-	if !ok || fa.URL == nil {
+	r, addr, ok := c.decidedNet()
+	if !ok {
 		return &outcome{reason: api.ReasonInternalError}
 	}
-	t, _, err := p.AuthorizeURL(*fa.URL)
-	if err != nil {
-		return &outcome{reason: api.ReasonEgressDenied}
-	}
-	addr := c.pinned(t.Port)
-	if !addr.IsValid() {
-		return &outcome{reason: api.ReasonUpstreamError, result: &netResult{egress: &audit.Egress{Method: fa.Method, Target: authz.RecordURL(t.String())}}}
-	}
-	res, err := netClient.Fetch(c.ctx, p, egress.FetchRequest{URL: *fa.URL, Method: fa.Method, Headers: fa.Headers, Addr: addr})
-	return c.netOutcome(res, err, &audit.Egress{Method: fa.Method, Target: authz.RecordURL(t.String())})
-}
-
-func execPost(c *call, _ func(string, []byte)) *outcome {
-	p := c.tool.NetPolicy()
-	pa, ok := c.areq.Args.(*authz.PostArgs)
-	if !ok || pa.URL == nil {
-		return &outcome{reason: api.ReasonInternalError}
-	}
-	t, _, err := p.AuthorizeWebhook(*pa.URL)
-	if err != nil {
-		return &outcome{reason: api.ReasonEgressDenied}
-	}
-	digest, n := egress.BodyDigest(pa.Body)
-	rec := &audit.Egress{Method: "POST", Target: authz.RecordURL(t.String()), BodySHA256: digest, BodyLen: int64(n)}
-	addr := c.pinned(t.Port)
+	rec := &audit.Egress{Method: r.Method(), Target: authz.RecordURL(r.Target().String())}
 	if !addr.IsValid() {
 		return &outcome{reason: api.ReasonUpstreamError, result: &netResult{egress: rec}}
 	}
-	res, err := netClient.Post(c.ctx, p, egress.PostRequest{URL: *pa.URL, Body: pa.Body, Addr: addr})
+	res, err := netClient.Fetch(c.ctx, c.tool.NetPolicy(), r, addr)
+	return c.netOutcome(res, err, rec)
+}
+
+func execPost(c *call, _ func(string, []byte)) *outcome {
+	r, addr, ok := c.decidedNet()
+	pa, isPost := c.areq.Args.(*authz.PostArgs)
+	if !ok || !isPost {
+		return &outcome{reason: api.ReasonInternalError}
+	}
+	digest, n := egress.BodyDigest(pa.Body)
+	rec := &audit.Egress{Method: r.Method(), Target: authz.RecordURL(r.Target().String()), BodySHA256: digest, BodyLen: int64(n)}
+	if !addr.IsValid() {
+		return &outcome{reason: api.ReasonUpstreamError, result: &netResult{egress: rec}}
+	}
+	res, err := netClient.Post(c.ctx, c.tool.NetPolicy(), r, addr, pa.Body)
 	return c.netOutcome(res, err, rec)
 }
 

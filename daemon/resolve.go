@@ -29,7 +29,7 @@ func (c *call) resolve() {
 			continue // authz denies it: a required arg is missing
 		}
 		if tg.Resolve == authz.ResolveNet {
-			c.areq.Resolved[i] = c.resolveNet(*v)
+			c.areq.Resolved[i] = c.resolveNet()
 			continue
 		}
 		c.areq.Resolved[i] = c.resolvePath(c.target(i), tg.Resolve, *v)

@@ -23,7 +23,7 @@ func BenchmarkFetchLocal(b *testing.B) {
 	url := "http://bench.test:" + srv.port + "/"
 	direct := "http://127.0.0.1:" + srv.port + "/"
 	p := mustPolicy(b, netpolicy.Config{Hosts: []string{"bench.test:" + srv.port}, Schemes: []string{"http"}, InsecureAllowPrivate: true})
-	c := testClient(newResolver("bench.test", "127.0.0.1"))
+	c := fetchClient(newResolver("bench.test", "127.0.0.1"))
 	b.Run("egress", func(b *testing.B) {
 		for b.Loop() {
 			r, err := c.Fetch(context.Background(), p, FetchRequest{URL: url})

@@ -62,22 +62,33 @@ func (c *Client) Resolve(ctx context.Context, p *netpolicy.Policy, t *netpolicy.
 	return netip.AddrPortFrom(a, t.Port), nil
 }
 
-// CheckAddrs is the address check of every dial egress makes — fetch's
-// and post's first request (the address the daemon's decision checked,
-// checked again here), each redirect hop, and the proxy's CONNECT and
-// plain-HTTP requests: netpolicy.CheckAddrs's classes, then the host's
-// own addresses. An address of one of the host's interfaces reaches
-// whatever listens on 0.0.0.0 there, whatever its class: a public
-// address, or one from a range nothing routes on the internet but a lab
-// or cloud network numbers its hosts from (docs/security.md "The third
-// review"). Every address of the answer is asked about, as every one is
-// classified. insecure_allow_private (allowPrivate) admits the host's
-// own addresses, as it admits loopback. A failure to ask the kernel is
-// an UpstreamError: nothing is dialed.
+// CheckAddrs is the address check of every dial egress makes of an
+// address it looked up itself — each redirect hop, and the proxy's
+// CONNECT and plain-HTTP requests: netpolicy.CheckAddrs's classes, then
+// the host's own addresses (CheckRoutes). Fetch's and post's first
+// request goes to the address the daemon's decision classified, and is
+// asked about by CheckRoutes alone.
 func (c *Client) CheckAddrs(addrs []netip.Addr, allowPrivate bool) (netip.Addr, error) {
 	a, err := netpolicy.CheckAddrs(addrs, allowPrivate)
-	if err != nil || allowPrivate {
+	if err != nil {
 		return a, err
+	}
+	return a, c.CheckRoutes(addrs, allowPrivate)
+}
+
+// CheckRoutes refuses an address of one of the host's interfaces, asked
+// of the kernel's routes at the time of the dial: such an address reaches
+// whatever listens on 0.0.0.0 there, whatever its class — a public
+// address, or one from a range nothing routes on the internet but a lab
+// or cloud network numbers its hosts from (docs/security.md "The third
+// review"). That answer is the machine's, not the URL's, so no decision
+// made earlier (nor replay) can hold it: it runs before every dial. Every
+// address given is asked about. insecure_allow_private (allowPrivate)
+// admits the host's own addresses, as it admits loopback. A failure to
+// ask the kernel is an UpstreamError: nothing is dialed.
+func (c *Client) CheckRoutes(addrs []netip.Addr, allowPrivate bool) error {
+	if allowPrivate {
+		return nil
 	}
 	owns := c.HostOwns
 	if owns == nil {
@@ -86,13 +97,13 @@ func (c *Client) CheckAddrs(addrs []netip.Addr, allowPrivate bool) (netip.Addr, 
 	for _, x := range addrs {
 		mine, err := owns(x)
 		if err != nil {
-			return netip.Addr{}, &UpstreamError{Op: "route", Err: err}
+			return &UpstreamError{Op: "route", Err: err}
 		}
 		if mine {
-			return netip.Addr{}, denied("address %s is this host's own", x.Unmap())
+			return denied("address %s is this host's own", x.Unmap())
 		}
 	}
-	return a, nil
+	return nil
 }
 
 // checkErr names the host in a refusal; an upstream error passes as is.
@@ -106,7 +117,7 @@ func checkErr(t *netpolicy.Target, err error) error {
 // Lookup looks t's host up once and returns the whole answer, unchecked
 // (an IP-literal target is its own answer). The daemon records the answer
 // and decides on it (netpolicy.CheckAddrs) before anything is sent, as it
-// decides on a path the kernel resolved; FetchRequest.Addr then pins the
+// decides on a path the kernel resolved; Fetch and Post then send the
 // first request to the address the decision checked.
 func (c *Client) Lookup(ctx context.Context, t *netpolicy.Target) ([]netip.Addr, error) {
 	if t.IP.IsValid() {

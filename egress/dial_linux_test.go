@@ -83,7 +83,7 @@ func TestDialRefusesHostOwned(t *testing.T) {
 	}
 
 	remote := netip.MustParseAddr("1.2.3.4")
-	c := &Client{
+	c := testingClient{&Client{
 		Resolver: newResolver("remote.test", "1.2.3.4", "owned.test", "1.2.3.5", "later.test", "1.2.3.6"),
 		HostOwns: func(a netip.Addr) (bool, error) {
 			if a == remote {
@@ -91,7 +91,7 @@ func TestDialRefusesHostOwned(t *testing.T) {
 			}
 			return HostOwns(a)
 		},
-	}
+	}}
 	hosts := []string{"remote.test:" + port, "owned.test:" + port, "later.test:" + port}
 	p := mustPolicy(t, netpolicy.Config{Hosts: hosts, Schemes: []string{"http"},
 		Webhooks: []string{"http://owned.test:" + port + "/hooks/**"}})
@@ -118,7 +118,7 @@ func TestDialRefusesHostOwned(t *testing.T) {
 	_, err = c.Post(ctx, p, PostRequest{URL: "http://owned.test:" + port + "/hooks/x", Body: []byte(`{}`)})
 	denied("post", err)
 
-	px := startProxy(t, &Proxy{Policy: p, Client: c})
+	px := startProxy(t, &Proxy{Policy: p, Client: c.Client})
 	for _, req := range []string{
 		"CONNECT owned.test:" + port + " HTTP/1.1\r\nHost: owned.test:" + port + "\r\n\r\n",
 		"GET http://owned.test:" + port + "/proxy-plain HTTP/1.1\r\nHost: owned.test:" + port + "\r\n\r\n",

@@ -21,7 +21,10 @@
 //  2. Authorize. netpolicy.Policy.Authorize matches the Target's lowercase ASCII
 //     host and port against the hosts entries and its scheme against the
 //     schemes (Policy.AuthorizeWebhook: the webhooks globs); the matched
-//     Rule goes to the audit.
+//     Rule goes to the audit. For a fetch or post, Policy.AuthorizeFetch
+//     and AuthorizePost make the whole first request once (a
+//     netpolicy.Request: the Target, the rule, the method, the headers
+//     checked), which is what Client.Fetch and Client.Post send.
 //  3. Resolve once. Client.Resolve looks the name up ONCE and checks
 //     every address of the answer (Client.CheckAddrs): loopback, private,
 //     link-local, CGNAT, multicast, unspecified, documentation, reserved
@@ -30,8 +33,11 @@
 //     owns, whatever its range (HostOwns asks the kernel's routing at the
 //     check), unless the policy says insecure_allow_private. One bad
 //     address refuses the whole answer (DNS rebinding mixes a public and
-//     a private address). The same check guards the address the daemon's
-//     decision pinned, each redirect hop and the proxy's dials.
+//     a private address). The same check guards each redirect hop and the
+//     proxy's dials. A fetch's or post's first request goes to the address
+//     the daemon looked up once (Lookup) and decided on (the classes); only
+//     the routes are asked about it before the dial (CheckRoutes), and
+//     nothing is looked up again.
 //  4. Dial the checked address. The pinned dialer connects to exactly the
 //     address Resolve returned — the "fd" of the network — with no second
 //     lookup, so an answer that changes between the check and the connect

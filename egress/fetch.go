@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -16,26 +15,6 @@ import (
 
 	"github.com/sluicehq/sluice/egress/netpolicy"
 )
-
-// FetchRequest is the fetch operation's args.
-type FetchRequest struct {
-	URL     string
-	Method  string // "GET" (default when empty) or "HEAD"
-	Headers map[string]string
-	// Addr, when valid, is the first request's address: the caller
-	// resolved the name (Client.Lookup) and decided on the answer. It is
-	// checked again (CheckAddrs) and dialed; no lookup is made for it.
-	// Redirects are resolved here, each once.
-	Addr netip.AddrPort
-}
-
-// PostRequest is the post operation's args: a JSON body to a webhook.
-type PostRequest struct {
-	URL  string
-	Body json.RawMessage
-	// Addr is as FetchRequest's.
-	Addr netip.AddrPort
-}
 
 // Hop records one request of a chain (the first URL, then each redirect).
 type Hop struct {
@@ -65,13 +44,13 @@ type Result struct {
 }
 
 // Fetch performs a fetch with the default Client.
-func Fetch(ctx context.Context, p *netpolicy.Policy, req FetchRequest) (*Result, error) {
-	return defaultClient.Fetch(ctx, p, req)
+func Fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr) (*Result, error) {
+	return defaultClient.Fetch(ctx, p, r, addr)
 }
 
 // Post performs a post with the default Client.
-func Post(ctx context.Context, p *netpolicy.Policy, req PostRequest) (*Result, error) {
-	return defaultClient.Post(ctx, p, req)
+func Post(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr, body []byte) (*Result, error) {
+	return defaultClient.Post(ctx, p, r, addr, body)
 }
 
 // credentialHeaders are dropped when a redirect changes scheme, host or
@@ -79,26 +58,24 @@ func Post(ctx context.Context, p *netpolicy.Policy, req PostRequest) (*Result, e
 // follow a redirect to another allowed host.
 var credentialHeaders = []string{"Authorization", "Cookie", "Cookie2"}
 
-// Fetch performs a GET or HEAD: every hop's URL is parsed and authorized
-// by p (hosts, schemes, ports), its name resolved once and checked, and
-// the request sent over a connection to exactly that address. A redirect
-// is followed only after its Location passed the same checks, so a hop to
-// an undeclared host is refused before anything is sent there. The body
-// is read up to MaxBytes+1 and never buffered beyond that.
-func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchRequest) (*Result, error) {
-	method := req.Method
-	if method == "" {
-		method = http.MethodGet
+// Fetch performs the GET or HEAD that r is (netpolicy.Policy.AuthorizeFetch
+// made it: its URL, method and headers are not checked again), its first
+// request sent to addr, the address the caller's decision checked among
+// the answer of its host's one lookup (Lookup): no lookup is made for it,
+// so an answer that changed since is never consulted, and only the host's
+// current routes are asked about it (CheckRoutes) before it is dialed.
+// Every redirect hop's Location is parsed and authorized by p (hosts,
+// schemes, ports), its name resolved once and checked (Resolve), and the
+// request sent over a connection to exactly that address, so a hop to an
+// undeclared host is refused before anything is sent there. The body is
+// read up to MaxBytes+1 and never buffered beyond that.
+func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr) (*Result, error) {
+	if r == nil || r.Target() == nil || r.Method() == http.MethodPost {
+		return nil, denied("fetch of a request not authorized as one")
 	}
-	if method != http.MethodGet && method != http.MethodHead {
-		return nil, errors.Join(netpolicy.ErrInvalidRequest, errors.New("method must be GET or HEAD"))
-	}
-	checked, err := p.CheckHeaders(req.Headers)
-	if err != nil {
-		return nil, err
-	}
+	method := r.Method()
 	hdr := http.Header{}
-	for k, v := range checked {
+	for k, v := range r.Headers() {
 		hdr[k] = []string{v}
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.Timeout())
@@ -109,16 +86,15 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchReques
 	defer tr.CloseIdleConnections()
 
 	res := &Result{}
-	next := req.URL
+	t, rule := r.Target(), r.Rule()
 	var prev *netpolicy.Target
 	for hop := 0; ; hop++ {
-		t, rule, err := p.AuthorizeURL(next)
-		if err != nil {
-			if hop > 0 {
-				res.Hops = append(res.Hops, Hop{URL: next})
-				return res, denied("redirect %d: %v", hop, detailOf(err))
-			}
-			return nil, err
+		var ap netip.AddrPort
+		var err error
+		if hop == 0 {
+			ap, err = c.decided(p, t, addr)
+		} else {
+			ap, err = c.Resolve(ctx, p, t)
 		}
 		if prev != nil && (prev.Scheme != t.Scheme || prev.Host != t.Host || prev.Port != t.Port) {
 			for _, h := range credentialHeaders {
@@ -126,13 +102,13 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchReques
 			}
 		}
 		res.Hops = append(res.Hops, Hop{URL: t.String(), Rule: rule})
-		pinned := netip.AddrPort{}
-		if hop == 0 {
-			pinned = req.Addr
+		res.URL, res.Rule = t.String(), rule
+		var resp *http.Response
+		if err == nil {
+			resp, err = c.send(ctx, pd, tr, t, ap, method, hdr, nil)
+			res.Hops[hop].Addr = ap
 		}
-		resp, ap, err := c.send(ctx, p, pd, tr, t, pinned, method, hdr, nil)
-		res.Hops[hop].Addr = ap
-		res.URL, res.Rule, res.Addr = t.String(), rule, ap
+		res.Addr = res.Hops[hop].Addr
 		if err != nil {
 			res.Duration = time.Since(start)
 			return res, err
@@ -149,7 +125,14 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchReques
 			if err != nil {
 				return res, denied("redirect %d: Location does not parse", hop+1)
 			}
-			next, prev = u.String(), t
+			// A new untrusted URL: parsed and authorized on its own.
+			next := u.String()
+			prev = t
+			if t, rule, err = p.AuthorizeURL(next); err != nil {
+				res.Hops = append(res.Hops, Hop{URL: next})
+				res.Duration = time.Since(start)
+				return res, denied("redirect %d: %v", hop+1, detailOf(err))
+			}
 			continue
 		}
 		err = readBody(ctx, res, resp, p.MaxBytes())
@@ -158,30 +141,30 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchReques
 	}
 }
 
-// Post sends req.Body (JSON, at most MaxRequestBytes) to a URL matching a
-// webhooks glob, with the same address checks and pinned dialing as
-// Fetch. Redirects are not followed: the body goes to the matched URL or
-// nowhere; a 3xx is returned as the result.
-func (c *Client) Post(ctx context.Context, p *netpolicy.Policy, req PostRequest) (*Result, error) {
-	if int64(len(req.Body)) > p.MaxRequestBytes() {
-		return nil, denied("body of %d bytes exceeds max_request_bytes %d", len(req.Body), p.MaxRequestBytes())
+// Post sends body, a JSON value (the args decoder's check) within
+// max_request_bytes (the decision's), to the webhook URL r is
+// (netpolicy.Policy.AuthorizePost made it), at addr, as Fetch sends its
+// first request. Redirects are not followed: the body goes to the matched
+// URL or nowhere; a 3xx is returned as the result.
+func (c *Client) Post(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr, body []byte) (*Result, error) {
+	if r == nil || r.Target() == nil || r.Method() != http.MethodPost {
+		return nil, denied("post of a request not authorized as one")
 	}
-	if !json.Valid(req.Body) {
-		return nil, errors.Join(netpolicy.ErrInvalidRequest, errors.New("body is not JSON"))
-	}
-	t, rule, err := p.AuthorizeWebhook(req.URL)
+	t, rule := r.Target(), r.Rule()
+	res := &Result{URL: t.String(), Rule: rule, Hops: []Hop{{URL: t.String(), Rule: rule}}}
+	start := time.Now()
+	ap, err := c.decided(p, t, addr)
 	if err != nil {
-		return nil, err
+		res.Duration = time.Since(start)
+		return res, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.Timeout())
 	defer cancel()
-	start := time.Now()
 	pd := newPinnedDialer(c.DialTimeout)
 	tr := c.transport(pd)
 	defer tr.CloseIdleConnections()
-	res := &Result{URL: t.String(), Rule: rule, Hops: []Hop{{URL: t.String(), Rule: rule}}}
 	hdr := http.Header{"Content-Type": {"application/json"}}
-	resp, ap, err := c.send(ctx, p, pd, tr, t, req.Addr, http.MethodPost, hdr, req.Body)
+	resp, err := c.send(ctx, pd, tr, t, ap, http.MethodPost, hdr, body)
 	res.Addr, res.Hops[0].Addr = ap, ap
 	if err != nil {
 		res.Duration = time.Since(start)
@@ -200,24 +183,26 @@ func BodyDigest(body []byte) (string, int) {
 	return "sha256:" + hex.EncodeToString(sum[:]), len(body)
 }
 
-// send resolves and pins t (or pins the address the caller resolved and
-// decided on, checked again), then performs one request.
-func (c *Client) send(ctx context.Context, p *netpolicy.Policy, pd *pinnedDialer, tr *http.Transport, t *netpolicy.Target,
-	pinned netip.AddrPort, method string, hdr http.Header, body []byte) (*http.Response, netip.AddrPort, error) {
-	ap := pinned
-	if ap.IsValid() {
-		if _, err := c.CheckAddrs([]netip.Addr{ap.Addr()}, p.InsecureAllowPrivate()); err != nil {
-			return nil, netip.AddrPort{}, checkErr(t, err)
-		}
-		if ap.Port() != t.Port {
-			return nil, netip.AddrPort{}, denied("%s: pinned port %d is not the URL's %d", t.Host, ap.Port(), t.Port)
-		}
-	} else {
-		var err error
-		if ap, err = c.Resolve(ctx, p, t); err != nil {
-			return nil, netip.AddrPort{}, err
-		}
+// decided is the first request's address: addr, which the caller's
+// decision checked (netpolicy.CheckAddrs over its host's one lookup), at
+// the URL's port, once the host's routes say now that it is not one of
+// the host's own (CheckRoutes: that answer is the machine's, so no
+// decision made earlier can hold it). No lookup is made: an address the
+// caller did not decide on is never dialed.
+func (c *Client) decided(p *netpolicy.Policy, t *netpolicy.Target, addr netip.Addr) (netip.AddrPort, error) {
+	if !addr.IsValid() {
+		return netip.AddrPort{}, denied("%s: no decided address", t.Host)
 	}
+	if err := c.CheckRoutes([]netip.Addr{addr}, p.InsecureAllowPrivate()); err != nil {
+		return netip.AddrPort{}, checkErr(t, err)
+	}
+	return netip.AddrPortFrom(addr.Unmap(), t.Port), nil
+}
+
+// send pins t's host:port to ap, a checked address, and performs one
+// request.
+func (c *Client) send(ctx context.Context, pd *pinnedDialer, tr *http.Transport, t *netpolicy.Target,
+	ap netip.AddrPort, method string, hdr http.Header, body []byte) (*http.Response, error) {
 	pd.pin(t.HostPort(), ap)
 	var rd io.Reader
 	if body != nil {
@@ -225,7 +210,7 @@ func (c *Client) send(ctx context.Context, p *netpolicy.Policy, pd *pinnedDialer
 	}
 	hreq, err := http.NewRequestWithContext(ctx, method, t.URL.String(), rd)
 	if err != nil {
-		return nil, ap, denied("request: %v", err)
+		return nil, denied("request: %v", err)
 	}
 	hreq.Header = hdr.Clone()
 	if hreq.Header.Get("User-Agent") == "" {
@@ -233,9 +218,9 @@ func (c *Client) send(ctx context.Context, p *netpolicy.Policy, pd *pinnedDialer
 	}
 	resp, err := tr.RoundTrip(hreq)
 	if err != nil {
-		return nil, ap, classify(ctx, err)
+		return nil, classify(ctx, err)
 	}
-	return resp, ap, nil
+	return resp, nil
 }
 
 func classify(ctx context.Context, err error) error {

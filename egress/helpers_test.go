@@ -171,6 +171,80 @@ func testClient(r Resolver) *Client {
 	return &Client{Resolver: r, RootCAs: getCA(nil).pool}
 }
 
+func fetchClient(r Resolver) testingClient { return testingClient{testClient(r)} }
+
+// FetchRequest and PostRequest are what a test asks of a testingClient:
+// a URL as an agent wrote it, made into the request the executor takes as
+// the daemon makes it — parsed and authorized once (AuthorizeFetch,
+// AuthorizePost), its host looked up once and every address of the
+// answer classified (the decision's netpolicy.CheckAddrs) — unless Addr
+// names the address decided on.
+type FetchRequest struct {
+	URL     string
+	Method  string // GET when empty, as the fetch's args decoder makes it
+	Headers map[string]string
+	Addr    netip.AddrPort
+}
+
+type PostRequest struct {
+	URL  string
+	Body []byte
+	Addr netip.AddrPort
+}
+
+// testingClient is a Client whose Fetch and Post take a FetchRequest and
+// a PostRequest.
+type testingClient struct{ *Client }
+
+func (c testingClient) Fetch(ctx context.Context, p *netpolicy.Policy, req FetchRequest) (*Result, error) {
+	method := req.Method
+	if method == "" {
+		method = "GET"
+	}
+	t, err := netpolicy.ParseURL(req.URL)
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.AuthorizeFetch(t, method, req.Headers)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := c.decide(ctx, p, t, req.Addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.Client.Fetch(ctx, p, r, addr)
+}
+
+func (c testingClient) Post(ctx context.Context, p *netpolicy.Policy, req PostRequest) (*Result, error) {
+	t, err := netpolicy.ParseURL(req.URL)
+	if err != nil {
+		return nil, err
+	}
+	r, err := p.AuthorizePost(t)
+	if err != nil {
+		return nil, err
+	}
+	addr, err := c.decide(ctx, p, t, req.Addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.Client.Post(ctx, p, r, addr, req.Body)
+}
+
+// decide is the daemon's one lookup of t's host and its decision on the
+// answer: every address classified, the first the one to send to.
+func (c testingClient) decide(ctx context.Context, p *netpolicy.Policy, t *netpolicy.Target, pinned netip.AddrPort) (netip.Addr, error) {
+	if pinned.IsValid() {
+		return pinned.Addr(), nil
+	}
+	addrs, err := c.Lookup(ctx, t)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return netpolicy.CheckAddrs(addrs, p.InsecureAllowPrivate())
+}
+
 func hostPort(name, port string) string { return name + ":" + port }
 
 func atoiPort(t testing.TB, s string) uint16 {

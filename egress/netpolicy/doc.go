@@ -2,7 +2,8 @@
 // URLs and CONNECT authorities (ParseURL, ParseAuthority), the validated
 // policy of a fetch, post or command-egress tool (Config, NewPolicy) and
 // its decisions (Policy.AuthorizeURL, AuthorizeWebhook, AuthorizeConnect,
-// CheckHeaders), and the classification of resolved addresses
+// CheckHeaders; AuthorizeFetch and AuthorizePost, which make a fetch's or
+// post's whole first request once, a Request), and the classification of resolved addresses
 // (Classify, CheckAddrs). It performs no I/O, no lookups and reads no
 // clock, so authz can validate manifests and decide with it, and replay
 // can re-decide a recorded URL and address from the ledger alone.

@@ -34,6 +34,10 @@ func (e *reasonError) Reason() api.Reason { return e.reason }
 // code egress_denied, not this prose.
 type DeniedError struct {
 	Detail string
+	// Key is the policy key whose check refused a fetch's or post's
+	// request (AuthorizeFetch, AuthorizePost): "hosts", "webhooks" or
+	// "allowed_headers"; "" for a refusal by parsing or by address.
+	Key string
 }
 
 func (e *DeniedError) Error() string        { return "egress denied: " + e.Detail }
@@ -46,6 +50,15 @@ func Denied(format string, args ...any) error {
 }
 
 func denied(format string, args ...any) error { return Denied(format, args...) }
+
+// keyed is err, when it is a refusal, naming key as the one that refused.
+func keyed(err error, key string) error {
+	var de *DeniedError
+	if errors.As(err, &de) {
+		return &DeniedError{Detail: de.Detail, Key: key}
+	}
+	return err
+}
 
 // detailOf is the phrase of a *DeniedError, or the error's text.
 func detailOf(err error) string {

@@ -396,26 +396,31 @@ func (p *Policy) AuthorizeWebhook(unsafeURL string) (*Target, Rule, error) {
 	if err != nil {
 		return nil, Rule{}, err
 	}
-	if !p.schemes[t.Scheme] {
-		return nil, Rule{}, denied("scheme %s not allowed", t.Scheme)
-	}
-	// The path as the caller wrote it: after the authority (which holds
-	// none of "/?#", ParseURL checked), up to the query or fragment.
-	path := ""
-	rest := unsafeURL[len(t.Scheme)+3:]
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		path = rest[i:]
-		if j := strings.IndexAny(path, "?#"); j >= 0 {
-			path = path[:j]
-		}
-	}
-	if err := checkPath(path); err != nil {
+	r, err := p.authorizeWebhook(t)
+	if err != nil {
 		return nil, Rule{}, err
+	}
+	return t, r, nil
+}
+
+// authorizeWebhook matches a target ParseURL made against the webhooks
+// globs (AuthorizeWebhook).
+func (p *Policy) authorizeWebhook(t *Target) (Rule, error) {
+	if t.URL == nil {
+		return Rule{}, denied("not a URL")
+	}
+	if !p.schemes[t.Scheme] {
+		return Rule{}, denied("scheme %s not allowed", t.Scheme)
+	}
+	// The path as the caller wrote it (ParseURL kept it).
+	path := t.sentPath
+	if err := checkPath(path); err != nil {
+		return Rule{}, err
 	}
 	if path != t.URL.EscapedPath() {
 		// What would be sent is not what was checked (cannot happen for a
 		// path checkPath accepts; fail closed if it ever does).
-		return nil, Rule{}, denied("webhook path is not in canonical form")
+		return Rule{}, denied("webhook path is not in canonical form")
 	}
 	if path == "" {
 		path = "/"
@@ -430,10 +435,10 @@ func (p *Policy) AuthorizeWebhook(unsafeURL string) (*Target, Rule, error) {
 			continue
 		}
 		if matchSegments(r.path, segs) {
-			return t, r.rule, nil
+			return r.rule, nil
 		}
 	}
-	return nil, Rule{}, denied("url matches no webhook")
+	return Rule{}, denied("url matches no webhook")
 }
 
 // matchSegments matches path segments against glob segments: "**" any

@@ -28,6 +28,10 @@ type Target struct {
 	// URL is the parsed URL (nil for a CONNECT authority); its Host is
 	// rewritten to the normalized form.
 	URL *url.URL
+	// sentPath is the path as the caller wrote it (after the authority,
+	// up to the query or fragment): what a webhooks glob is matched
+	// against.
+	sentPath string
 }
 
 // HostPort is "host:port" ("[v6]:port" for an IPv6 literal): the address
@@ -99,9 +103,12 @@ func ParseURL(unsafeURL string) (*Target, error) {
 		return nil, denied("url has userinfo")
 	}
 	rest := unsafeURL[len(u.Scheme)+3:]
-	authority := rest
+	authority, sentPath := rest, ""
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		authority = rest[:i]
+		authority, sentPath = rest[:i], rest[i:]
+		if j := strings.IndexAny(sentPath, "?#"); j >= 0 {
+			sentPath = sentPath[:j]
+		}
 	}
 	if strings.ContainsAny(authority, "%@") {
 		return nil, denied("percent-encoding or @ in the authority")
@@ -113,7 +120,7 @@ func ParseURL(unsafeURL string) (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.Scheme = u.Scheme
+	t.Scheme, t.sentPath = u.Scheme, sentPath
 	u.Host = t.hostForURL()
 	u.Fragment, u.RawFragment = "", ""
 	t.URL = u

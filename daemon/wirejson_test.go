@@ -71,7 +71,7 @@ func TestCallResultJSONAllFields(t *testing.T) {
 				p.Elem().SetString("out\n")
 			case reflect.Bool:
 				p.Elem().SetBool(false)
-			case reflect.Int:
+			case reflect.Int, reflect.Int64:
 				p.Elem().SetInt(3)
 			default:
 				t.Fatalf("field %s: a pointer to %s; teach appendCallResult and this test", v.Type().Field(i).Name, p.Elem().Kind())

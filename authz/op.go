@@ -147,7 +147,7 @@ func (o *Op) AuthorizeNet(t *Tool, unsafeURL string) (*netpolicy.Target, error) 
 var errNoNet = errors.New("not a network operation")
 
 // ops is the one table of operations, in the order messages name them.
-var ops = []*Op{&opRead, &opList, &opWrite, &opDelete, &opExecute, &opFetch, &opPost}
+var ops = []*Op{&opRead, &opList, &opStat, &opSearch, &opWrite, &opDelete, &opExecute, &opFetch, &opPost}
 
 // LookupOp returns the operation named op, or nil.
 func LookupOp(op api.Operation) *Op {
@@ -361,7 +361,7 @@ func exampleUnder(t *Tool) string {
 	return r + "/file.txt"
 }
 
-// decodePath decodes {"path"} args (read, list): the recorded form is the
+// decodePath decodes {"path"} args (stat): the recorded form is the
 // decoded one.
 func decodePath(raw []byte, a *Args) (*string, error) {
 	var pa api.PathArgs

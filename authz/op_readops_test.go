@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
@@ -145,6 +146,30 @@ func TestReadOpsHints(t *testing.T) {
 		o := LookupOp(name)
 		if o == nil || !o.Hints.ReadOnly || !o.Hints.Idempotent || o.Hints.Destructive || o.Effects {
 			t.Errorf("%s: hints %+v", name, o)
+		}
+	}
+}
+
+// TestSearchPrefilter: the whole-file regex matches every file with a
+// line that Regexp matches (else a search would miss it).
+func TestSearchPrefilter(t *testing.T) {
+	lines := []string{"", "line 5", "a", "b", "  x", "xb", "ab", "\r", "€", "foo bar", "bar"}
+	for _, pat := range []string{`^line 5$`, `\Aa`, `b\z`, `^$`, `^\s*x`, `(?m)^b$`, `^(a|b)$`, `\bbar\b`, `\Bar`, `^[^a]*$`, `x|^b`, `^.$`} {
+		a, invalid := searchArgs(&api.SearchArgs{Path: new(string), Content: pat})
+		if invalid != "" || a.Prefilter() == nil {
+			t.Fatalf("%s: %s", pat, invalid)
+		}
+		for i := range lines {
+			for j := i; j < len(lines); j++ {
+				file := strings.Join(lines[i:j+1], "\n") + "\n"
+				any := false
+				for _, l := range lines[i : j+1] {
+					any = any || a.Regexp().MatchString(l)
+				}
+				if any && !a.Prefilter().MatchString(file) {
+					t.Errorf("%s: prefilter %s misses %q", pat, a.Prefilter(), file)
+				}
+			}
 		}
 	}
 }

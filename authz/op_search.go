@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 
 	"github.com/sluicehq/sluice/api"
@@ -32,12 +33,35 @@ type SearchArgs struct {
 
 	name    []string       // Name's segments
 	content *regexp.Regexp // Content compiled
+	whole   *regexp.Regexp // Content for a whole file (Prefilter)
 }
 
 func (a *SearchArgs) Subject() string { return derefOr(a.Path) }
 
-// Regexp is the compiled content regex; nil for a search by name only.
+// Regexp is the compiled content regex, matched against one line at a
+// time (without its "\n"); nil for a search by name only.
 func (a *SearchArgs) Regexp() *regexp.Regexp { return a.content }
+
+// Prefilter is Regexp rewritten to run once over a whole file: it
+// matches the file whenever Regexp matches one of its lines (a file it
+// does not match has no matching line, and costs one pass); nil when
+// there is none, and each line is matched. Text anchors
+// (^, $, \A, \z outside (?m)) become line anchors; everything else
+// matches in a line as it does in the file around it, or more.
+func (a *SearchArgs) Prefilter() *regexp.Regexp { return a.whole }
+
+// lineAnchors rewrites re's text anchors as line anchors.
+func lineAnchors(re *syntax.Regexp) {
+	switch re.Op {
+	case syntax.OpBeginText:
+		re.Op = syntax.OpBeginLine
+	case syntax.OpEndText:
+		re.Op = syntax.OpEndLine
+	}
+	for _, sub := range re.Sub {
+		lineAnchors(sub)
+	}
+}
 
 // MatchName reports whether the entry rel (its path relative to the
 // searched directory, "/"-separated) matches the name glob: a glob
@@ -110,6 +134,12 @@ func searchArgs(sa *api.SearchArgs) (*SearchArgs, string) {
 			return v, "args.content: not an RE2 regular expression: " + strings.TrimPrefix(err.Error(), "error parsing regexp: ")
 		}
 		v.content = re
+		if p, err := syntax.Parse(sa.Content, syntax.Perl); err == nil {
+			lineAnchors(p)
+			if w, err := regexp.Compile(p.String()); err == nil {
+				v.whole = w
+			}
+		}
 	}
 	return v, ""
 }

@@ -81,5 +81,13 @@ func appendCallResult(b []byte, r *api.CallResult) (_ []byte, ok bool) {
 		b = append(b, `,"content_type":`...)
 		b = jsonenc.AppendString(b, r.ContentType)
 	}
+	if r.Size != nil {
+		b = append(b, `,"size":`...)
+		b = strconv.AppendInt(b, *r.Size, 10)
+	}
+	if r.NextOffset != nil {
+		b = append(b, `,"next_offset":`...)
+		b = strconv.AppendInt(b, *r.NextOffset, 10)
+	}
 	return append(b, '}'), true
 }

@@ -71,7 +71,7 @@ func TestCallResultJSONAllFields(t *testing.T) {
 				p.Elem().SetString("out\n")
 			case reflect.Bool:
 				p.Elem().SetBool(false)
-			case reflect.Int:
+			case reflect.Int, reflect.Int64:
 				p.Elem().SetInt(3)
 			default:
 				t.Fatalf("field %s: a pointer to %s; teach appendCallResult and this test", v.Type().Field(i).Name, p.Elem().Kind())
@@ -100,6 +100,7 @@ func FuzzCallResultJSON(f *testing.F) {
 			e := int(exit)
 			r.ExitCode = &e
 			r.Durable = &ok
+			r.Size, r.NextOffset = &n, &n
 		}
 		checkSame(t, r)
 	})

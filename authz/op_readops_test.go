@@ -95,6 +95,10 @@ func TestSearchMatchName(t *testing.T) {
 		if got := a.MatchName(tc.rel); got != tc.want {
 			t.Errorf("MatchName(%q, %q) = %t, want %t", tc.glob, tc.rel, got, tc.want)
 		}
+		// A walk filters by base name first: it must keep every match.
+		if tc.want && !a.MatchBase(tc.rel[strings.LastIndex(tc.rel, "/")+1:]) {
+			t.Errorf("MatchBase(%q) drops %q", tc.glob, tc.rel)
+		}
 	}
 }
 

@@ -80,6 +80,26 @@ func (a *SearchArgs) MatchName(rel string) bool {
 	return matchSegs(a.name, strings.Split(rel, "/"))
 }
 
+// MatchBase reports whether a base name can match the glob: it matches
+// the glob's last segment (any name when that is "**"). It is what a
+// walk that sees one name at a time filters by; a PathGlob's matches are
+// then checked with MatchName on their whole path.
+func (a *SearchArgs) MatchBase(name string) bool {
+	if len(a.name) == 0 {
+		return true
+	}
+	last := a.name[len(a.name)-1]
+	if last == "**" {
+		return true
+	}
+	ok, _ := path.Match(last, name)
+	return ok
+}
+
+// PathGlob says the glob has a "/": it matches whole relative paths, not
+// base names alone.
+func (a *SearchArgs) PathGlob() bool { return len(a.name) > 1 }
+
 func matchSegs(pat, comps []string) bool {
 	for len(pat) > 0 {
 		if pat[0] == "**" {

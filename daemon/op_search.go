@@ -3,50 +3,34 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
-	"os"
 	"path"
 	"regexp"
-	"slices"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/walk"
 )
 
-// The daemon's half of search (authz/op_search.go is its pure half): it
-// walks beneath the directory handle resolved for the call, opening each
-// directory and file from its parent's fd one name at a time with openat2
-// (openBeneath: RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, so a symlink is never
-// followed, nor one swapped in mid-walk), and skips every name the tool's
-// never globs hide (authz.NeverMatchResolved, as list does) with all
-// beneath it before it is stat'ed or opened: a hidden name, and a hidden
-// file's bytes, never reach a result. In a tool that refuses hard links,
-// a file with another name (which may be never-listed) is matched by
-// name only, its content never read. The output is an api.SearchResults
-// document within max_bytes.
+// The daemon's half of search (authz/op_search.go is its pure half). A
+// search of a directory is internal/walk's: it walks beneath the
+// directory handle resolved for the call, opening each directory and
+// file from its parent's fd one name at a time with openat2
+// (RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS: a symlink is never followed, nor
+// one swapped in mid-walk), reads a file only once fstat of its O_PATH fd
+// says it is a regular file (a FIFO or device swapped in is never
+// opened), and stays on the directory's mount. Its skip filter is the
+// tool's never globs (authz.NeverMatchResolved, as list applies them):
+// a hidden name is skipped with all beneath it before it is stat'ed or
+// opened, so neither a hidden name nor a hidden file's bytes reach a
+// result. In a tool that refuses hard links, a file with another name
+// (which may be never-listed) is matched by name only, its content never
+// read. The output is an api.SearchResults document within max_bytes.
 
-// Search bounds.
-const (
-	// maxSearchScan bounds the entries one search reads, at every depth.
-	maxSearchScan = 200_000
-	// maxSearchDepth bounds how deep the walk goes (one fd held a level).
-	maxSearchDepth = 64
-	// searchWhole is the largest file read whole, so that the regex runs
-	// once over it (authz.SearchArgs.Prefilter) and a file without a
-	// match costs one pass; a larger one is read line by line.
-	searchWhole = 8 << 20
-	// maxMatchText bounds the text of a matching line a result carries.
-	maxMatchText = 512
-	// maxLine bounds the line a large file is read in; a longer one is
-	// matched in pieces of this size.
-	maxLine = 64 << 10
-)
+// searchDocBytes is what the document adds around its matches.
+var searchDocBytes = int64(len(`{"matches":[],"truncated":false}`))
 
 func execSearch(c *call, _ func(string, []byte)) *outcome {
 	sa, _ := c.areq.Args.(*authz.SearchArgs)
@@ -54,23 +38,14 @@ func execSearch(c *call, _ func(string, []byte)) *outcome {
 	if sa == nil || h == nil || r == nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
-	f, err := h.Open()
-	if err != nil {
-		return &outcome{reason: c.reasonOf(err, "search")}
-	}
-	defer f.Close()
-	s := searcher{c: c, a: sa, re: sa.Regexp(), whole: sa.Prefilter(), root: r.Root, left: maxSearchScan,
-		budget: c.tool.EffectiveMaxBytes() - int64(len(`{"matches":[],"truncated":false}`))}
+	s := searchResults{max: sa.MaxResults, budget: c.tool.EffectiveMaxBytes() - searchDocBytes}
+	var err error
 	if h.Kind == api.KindDir {
-		err = s.dir(f, r.Rel, "", 0)
+		err = searchDir(c, sa, r, &s)
 	} else {
-		// One file: its name is its path in the result.
-		name := path.Base(r.Rel)
-		if sa.MatchName(name) {
-			err = s.file(f, name)
-		}
+		err = searchFile(c, sa, path.Base(r.Rel), &s)
 	}
-	if err != nil && !errors.Is(err, errSearchFull) {
+	if err != nil {
 		return &outcome{reason: c.reasonOf(err, "search")}
 	}
 	out, err := json.Marshal(api.SearchResults{Matches: s.matches, Truncated: s.truncated})
@@ -80,208 +55,121 @@ func execSearch(c *call, _ func(string, []byte)) *outcome {
 	return &outcome{ok: true, reason: api.ReasonAllowed, output: out, truncated: s.truncated}
 }
 
-// errSearchFull ends a walk whose results are full.
-var errSearchFull = errors.New("search results full")
-
-type searcher struct {
-	c       *call
-	a       *authz.SearchArgs
-	re      *regexp.Regexp
-	whole   *regexp.Regexp // re for a whole file; nil: none
-	root    int
-	left    int
-	budget  int64
-	matches []api.SearchMatch
-	// truncated: more may have matched than the results hold (a cap on
-	// results, bytes, entries or depth stopped the walk).
+// searchResults collects matches within max_results and max_bytes.
+type searchResults struct {
+	matches   []api.SearchMatch
+	max       int
+	budget    int64
 	truncated bool
 }
 
-// add appends m, or ends the walk when the results are full.
-func (s *searcher) add(m api.SearchMatch) error {
+// add appends m; false when the results are full (truncated).
+func (s *searchResults) add(m api.SearchMatch) bool {
 	b, _ := json.Marshal(&m)
-	if len(s.matches) >= s.a.MaxResults || s.budget < int64(len(b))+1 {
+	if len(s.matches) >= s.max || s.budget < int64(len(b))+1 {
 		s.truncated = true
-		return errSearchFull
+		return false
 	}
 	s.budget -= int64(len(b)) + 1
 	s.matches = append(s.matches, m)
-	return nil
+	return true
 }
 
-// dir walks the directory f, at rel beneath the tool's root and at sub
-// beneath the searched directory.
-func (s *searcher) dir(f *os.File, rel, sub string, depth int) error {
-	if err := s.c.ctx.Err(); err != nil {
-		return err
+// searchDir walks the directory dir, resolved at r beneath its root.
+func searchDir(c *call, sa *authz.SearchArgs, r *authz.Resource, s *searchResults) error {
+	f := c.handle(0).File()
+	skip := func(rel, _ string, _ bool) bool {
+		return authz.NeverMatchResolved(c.tool, r.Root, path.Join(r.Rel, rel))
 	}
-	names, err := s.names(f)
+	q := walk.Query{Content: sa.Regexp()}
+	if sa.Name != "" {
+		q.Name = sa.MatchBase
+	}
+	o := walk.Options{Skip: skip, RefuseHardLinks: c.tool.RefusesHardLinks(), MaxResults: s.max, MaxBytes: s.budget}
+	if sa.PathGlob() {
+		// The walk filters by base name; whole paths are matched here,
+		// so the walk's own caps must leave room for what this drops.
+		o.MaxResults, o.MaxBytes = authz.MaxSearchResults, max(4*s.budget, 1<<20)
+	}
+	res, err := walk.Search(c.ctx, f, q, o)
 	if err != nil {
 		return err
 	}
-	dfd := int(f.Fd())
-	for _, name := range names {
-		crel, csub := path.Join(rel, name), path.Join(sub, name)
-		if authz.NeverMatchResolved(s.c.tool, s.root, crel) {
-			continue // hidden: never stat'ed, opened or named
-		}
-		var st unix.Stat_t
-		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			continue // gone since it was listed
-		}
-		nameOK := s.a.MatchName(csub)
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR:
-			if s.re == nil && nameOK {
-				if err := s.add(api.SearchMatch{Path: csub}); err != nil {
-					return err
-				}
-			}
-			if depth+1 >= maxSearchDepth {
-				s.truncated = true
-				continue
-			}
-			if err := s.subdir(dfd, name, crel, csub, depth+1); err != nil {
-				return err
-			}
-		case unix.S_IFREG:
-			if !nameOK {
-				continue
-			}
-			if s.re == nil || (s.c.tool.RefusesHardLinks() && st.Nlink > 1) {
-				if s.re == nil {
-					if err := s.add(api.SearchMatch{Path: csub}); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			fd, err := openBeneath(dfd, name, unix.O_RDONLY|unix.O_NONBLOCK)
-			if err != nil {
-				continue // swapped for a symlink, gone, unreadable
-			}
-			cf := os.NewFile(uintptr(fd), name)
-			err = s.file(cf, csub)
-			cf.Close()
-			if err != nil {
-				return err
-			}
-		default: // symlinks (never followed), FIFOs, sockets, devices: names only
-			if s.re == nil && nameOK {
-				if err := s.add(api.SearchMatch{Path: csub}); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
-func (s *searcher) subdir(dfd int, name, rel, sub string, depth int) error {
-	fd, err := openBeneath(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		return nil // swapped for a symlink or a file, gone, unreadable: not descended
-	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	return s.dir(f, rel, sub, depth)
-}
-
-// names reads f's names, sorted, within what is left of the scan.
-func (s *searcher) names(f *os.File) ([]string, error) {
-	names, err := f.Readdirnames(-1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	if len(names) > s.left {
-		names, s.truncated = names[:s.left], true
-	}
-	s.left -= len(names)
-	slices.Sort(names)
-	return names, nil
-}
-
-// file searches the regular file f (opened from its parent's fd; it must
-// still be a regular file, with one link where the tool refuses more) for
-// lines that match, named sub in the results. A file with a NUL byte in
-// its first block is binary and skipped, as grep -I skips it.
-func (s *searcher) file(f *os.File, sub string) error {
-	if s.re == nil {
-		return s.add(api.SearchMatch{Path: sub})
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil
-	}
-	if s.c.tool.RefusesHardLinks() && st.Nlink > 1 {
-		return nil
-	}
-	if st.Size <= searchWhole {
-		data := make([]byte, st.Size)
-		n, err := io.ReadFull(f, data)
-		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-			return nil // unreadable: skipped
-		}
-		data = data[:n]
-		if isBinary(data) || s.whole != nil && !s.whole.Match(data) {
-			return nil
-		}
-		line := 0
-		for len(data) > 0 {
-			line++
-			text := data
-			if i := bytes.IndexByte(data, '\n'); i >= 0 {
-				text, data = data[:i], data[i+1:]
-			} else {
-				data = nil
-			}
-			if s.re.Match(text) {
-				if err := s.add(api.SearchMatch{Path: sub, Line: line, Text: matchText(text)}); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	br := bufio.NewReaderSize(f, maxLine)
-	line, first := 1, true
-	for {
-		if err := s.c.ctx.Err(); err != nil {
+	s.truncated = res.Truncated
+	for line := range bytes.Lines(res.Out) {
+		var m api.SearchMatch
+		if err := json.Unmarshal(line, &m); err != nil {
 			return err
 		}
-		piece, err := br.ReadSlice('\n')
-		if first {
-			if isBinary(piece) {
-				return nil
-			}
-			first = false
+		if sa.PathGlob() && !sa.MatchName(m.Path) {
+			continue
 		}
-		if len(piece) > 0 && s.re.Match(bytes.TrimSuffix(piece, []byte{'\n'})) {
-			if err := s.add(api.SearchMatch{Path: sub, Line: line, Text: matchText(piece)}); err != nil {
-				return err
-			}
-		}
-		switch err {
-		case nil:
-			line++
-		case bufio.ErrBufferFull: // a longer line, matched in pieces
-		default:
-			return nil
+		if !s.add(m) {
+			break
 		}
 	}
+	return nil
 }
 
-// isBinary reports a NUL byte in data's first block.
-func isBinary(data []byte) bool {
-	return bytes.IndexByte(data[:min(len(data), 8000)], 0) >= 0
-}
+// Search bounds of one file searched by its own path.
+const (
+	// maxMatchText bounds the text of a matching line a result carries,
+	// as the walk bounds it.
+	maxMatchText = walk.DefaultMaxLineBytes
+)
 
-// matchText is a matching line as a result shows it: without its line
-// end, at most maxMatchText bytes cut before a split character.
-func matchText(line []byte) string {
-	line = bytes.TrimRight(line, "\r\n")
-	if len(line) > maxMatchText {
-		line = trimToRune(line[:maxMatchText])
+// searchFile searches the one regular file the call resolved (a search
+// whose path names a file), named name in the results, as the walk
+// searches each file: at most walk.DefaultMaxFileBytes of it (more is
+// truncated), not when binary (a NUL in its first 8 KiB) or, in a tool
+// that refuses them, hard-linked.
+func searchFile(c *call, sa *authz.SearchArgs, name string, s *searchResults) error {
+	if !sa.MatchName(name) {
+		return nil
 	}
-	return string(line)
+	if sa.Regexp() == nil {
+		s.add(api.SearchMatch{Path: name})
+		return nil
+	}
+	data, trunc, _, err := readFile(c.handle(0), walk.DefaultMaxFileBytes, c.tool.RefusesHardLinks())
+	switch {
+	case errors.Is(err, errHardLinked):
+		return nil
+	case err != nil:
+		return err
+	}
+	if trunc {
+		s.truncated = true
+	}
+	if bytes.IndexByte(data[:min(len(data), 8<<10)], 0) >= 0 {
+		return nil
+	}
+	if pre := sa.Prefilter(); pre != nil && !pre.Match(data) {
+		return nil
+	}
+	matchLines(data, sa.Regexp(), func(n int, text []byte) bool {
+		if len(text) > maxMatchText {
+			text = trimToRune(text[:maxMatchText])
+		}
+		return s.add(api.SearchMatch{Path: name, Line: n, Text: string(text)})
+	})
+	return nil
+}
+
+// matchLines calls fn with each line of data (without its "\n") that re
+// matches, and its number, until fn returns false.
+func matchLines(data []byte, re *regexp.Regexp, fn func(int, []byte) bool) {
+	n := 0
+	for len(data) > 0 {
+		n++
+		text := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			text, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		if re.Match(text) && !fn(n, text) {
+			return
+		}
+	}
 }

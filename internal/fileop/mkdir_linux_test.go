@@ -2,6 +2,7 @@ package fileop
 
 import (
 	"errors"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -202,7 +203,7 @@ func TestMkdirAllSwapRace(t *testing.T) {
 				}
 			}
 			stop()
-			if names := listing(t, empty); len(names) != 0 {
+			if names := testutil.Listing(t, empty); len(names) != 0 {
 				t.Fatalf("directories appeared outside: %v", names)
 			}
 			f.outsideUntouched(t)

@@ -2,6 +2,7 @@ package fileop
 
 import (
 	"errors"
+	"github.com/sluicehq/sluice/internal/testutil"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -128,7 +129,7 @@ func TestMoveParentSwapRace(t *testing.T) {
 				}
 			}
 			stop()
-			if names := listing(t, empty); len(names) != 0 {
+			if names := testutil.Listing(t, empty); len(names) != 0 {
 				t.Fatalf("files appeared outside: %v", names)
 			}
 			f.outsideUntouched(t)

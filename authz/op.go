@@ -180,7 +180,7 @@ func newNetTarget(authorize netAuthorizer, t *Tool, a OpArgs) *NetTarget {
 var errNoNet = errors.New("not a network operation")
 
 // ops is the one table of operations, in the order messages name them.
-var ops = []*Op{&opRead, &opList, &opWrite, &opDelete, &opExecute, &opFetch, &opPost}
+var ops = []*Op{&opRead, &opList, &opStat, &opSearch, &opWrite, &opDelete, &opExecute, &opFetch, &opPost}
 
 // LookupOp returns the operation named op, or nil.
 func LookupOp(op api.Operation) *Op {
@@ -394,7 +394,7 @@ func exampleUnder(t *Tool) string {
 	return r + "/file.txt"
 }
 
-// decodePath decodes {"path"} args (read, list): the recorded form is the
+// decodePath decodes {"path"} args (stat): the recorded form is the
 // decoded one.
 func decodePath(raw []byte, a *Args) (*string, error) {
 	var pa api.PathArgs

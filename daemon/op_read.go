@@ -3,66 +3,124 @@
 package daemon
 
 import (
+	"bytes"
 	"io"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
 // The daemon's half of read (authz/op_read.go is its pure half): it reads
-// the file handle resolved for the call, never its path.
+// the file handle resolved for the call, never its path. A read without
+// a range returns the file's first max_bytes; with offset/limit or tail
+// it returns whole lines (fileop.ReadRange) within max_bytes. Either way
+// the result carries the file's size, and next_offset when lines follow
+// what the output holds.
 func execRead(c *call, _ func(string, []byte)) *outcome {
-	if !c.tool.RefusesHardLinks() {
-		return c.fileTool(readCapped)
+	ra, _ := c.areq.Args.(*authz.ReadArgs)
+	if ra == nil {
+		return &outcome{reason: api.ReasonInternalError}
 	}
-	return c.fileTool(func(h *securefs.Handle, limit int64) ([]byte, bool, error) {
-		return readFile(h, limit, true)
-	})
-}
-
-// fileTool runs f, read's or list's, on the handle the call resolved.
-func (c *call) fileTool(f func(*securefs.Handle, int64) ([]byte, bool, error)) *outcome {
 	h := c.handle(0)
 	if h == nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
-	data, trunc, err := f(h, c.tool.EffectiveMaxBytes())
+	res, err := readLines(c, h, ra, c.tool.RefusesHardLinks())
 	if err != nil {
 		// Linked since the decision: unsupported_file_type, as the
 		// decision says of a linked file; EIO internal_error, EMFILE busy, …
-		return &outcome{reason: c.reasonOf(err, "file tool")}
+		return &outcome{reason: c.reasonOf(err, "read")}
 	}
-	return &outcome{ok: true, reason: api.ReasonAllowed, output: data, truncated: trunc}
+	return &outcome{ok: true, reason: api.ReasonAllowed, output: res.data, truncated: res.truncated, result: res}
 }
 
-// readCapped reads at most max bytes of the resolved regular file, reading
-// one byte more to learn whether there was more (truncated). The file is
-// opened through its resolved fd, never by path. A sparse 1 TiB file costs
-// one read of max+1 bytes.
-func readCapped(h *securefs.Handle, limit int64) ([]byte, bool, error) {
-	return readFile(h, limit, false)
+// readResult is a read's own result: the file's size, and the line to
+// continue from when the output stopped before the file's end.
+type readResult struct {
+	data       []byte
+	truncated  bool
+	size       int64
+	nextOffset int64
 }
 
-// readFile is readCapped; with refuseLinks, a file that has gained
-// another name since it was resolved (fstat of the fd it reads: the
-// decision saw one link) is refused with errHardLinked.
-func readFile(h *securefs.Handle, limit int64, refuseLinks bool) ([]byte, bool, error) {
+func (r *readResult) wire(res *api.CallResult) {
+	res.Size = &r.size
+	if r.nextOffset > 0 {
+		res.NextOffset = &r.nextOffset
+	}
+}
+
+func (r *readResult) record(rec *audit.Record) {}
+
+func (r *readResult) answered() bool { return false }
+
+// readLines reads what ra selects of the resolved file, through its fd.
+func readLines(c *call, h *securefs.Handle, ra *authz.ReadArgs, refuseLinks bool) (*readResult, error) {
+	limit := c.tool.EffectiveMaxBytes()
+	if !ra.Ranged() {
+		data, trunc, size, err := readFile(h, limit, refuseLinks)
+		if err != nil {
+			return nil, err
+		}
+		r := &readResult{data: data, truncated: trunc, size: size}
+		if trunc {
+			r.nextOffset = nextLine(data)
+		}
+		return r, nil
+	}
 	f, err := h.Open()
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer f.Close()
-	if refuseLinks {
-		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			return nil, false, err
-		}
-		if links(h.Kind, uint64(st.Nlink)) > 1 {
-			return nil, false, errHardLinked
-		}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	if refuseLinks && links(h.Kind, uint64(st.Nlink)) > 1 {
+		return nil, errHardLinked
+	}
+	rr, err := fileop.ReadRange(c.ctx, f, st.Size, fileop.Range{Offset: ra.Offset, Limit: ra.Limit, Tail: ra.Tail, MaxBytes: limit})
+	if err != nil {
+		return nil, err
+	}
+	return &readResult{data: rr.Data, truncated: rr.Truncated, size: rr.Size, nextOffset: rr.NextOffset}, nil
+}
+
+// nextLine is the line a read continues from after data, the start of a
+// file cut by max_bytes: the line the cut fell in, read again whole (the
+// output's complete lines come before it). A first line longer than the
+// cap is skipped, as fileop.ReadRange skips it, so that a caller that
+// keeps continuing always advances.
+func nextLine(data []byte) int64 {
+	return int64(max(bytes.Count(data, []byte{'\n'}), 1)) + 1
+}
+
+// readFile reads at most limit bytes of the resolved regular file,
+// reading one byte more to learn whether there was more (truncated), and
+// returns the file's size (fstat of the fd it reads). The file is opened
+// through its resolved fd, never by path. A sparse 1 TiB file costs one
+// read of limit+1 bytes. With refuseLinks, a file that has gained another
+// name since it was resolved (the decision saw one link) is refused with
+// errHardLinked.
+func readFile(h *securefs.Handle, limit int64, refuseLinks bool) ([]byte, bool, int64, error) {
+	f, err := h.Open()
+	if err != nil {
+		return nil, false, 0, err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, false, 0, err
+	}
+	if refuseLinks && links(h.Kind, uint64(st.Nlink)) > 1 {
+		return nil, false, 0, errHardLinked
 	}
 	// Size the buffer from fstat, but trust only what read(2) says: the
 	// file may grow, and procfs-like files report size 0.
@@ -76,7 +134,7 @@ func readFile(h *securefs.Handle, limit int64, refuseLinks bool) ([]byte, bool, 
 			break
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, false, 0, err
 		}
 		if n == len(buf) {
 			if int64(n) > limit {
@@ -92,7 +150,9 @@ func readFile(h *securefs.Handle, limit int64, refuseLinks bool) ([]byte, bool, 
 	if truncated {
 		data = trimToRune(data[:limit])
 	}
-	return data, truncated, nil
+	// The size fstat gave, unless the read saw more (the file grew, or
+	// procfs-like files report 0).
+	return data, truncated, max(st.Size, int64(n)), nil
 }
 
 // trimToRune drops an incomplete UTF-8 sequence that the cap cut in half,

@@ -41,6 +41,8 @@ type opSpec struct {
 var operations = map[api.Operation]*opSpec{
 	api.OpRead:   {exec: execRead},
 	api.OpList:   {exec: execList},
+	api.OpStat:   {exec: execStat},
+	api.OpSearch: {exec: execSearch},
 	api.OpWrite:  {exec: execWrite, show: showWriteNow, tempName: writeTempName},
 	api.OpDelete: {exec: execDelete, show: showFileNow},
 	api.OpExecute: {

@@ -100,6 +100,7 @@ func FuzzCallResultJSON(f *testing.F) {
 			e := int(exit)
 			r.ExitCode = &e
 			r.Durable = &ok
+			r.Size, r.NextOffset = &n, &n
 		}
 		checkSame(t, r)
 	})

@@ -48,6 +48,9 @@ func execSearch(c *call, _ func(string, []byte)) *outcome {
 	if err != nil {
 		return &outcome{reason: c.reasonOf(err, "search")}
 	}
+	if s.matches == nil {
+		s.matches = []api.SearchMatch{} // "matches": [], never null
+	}
 	out, err := json.Marshal(api.SearchResults{Matches: s.matches, Truncated: s.truncated})
 	if err != nil {
 		return &outcome{reason: api.ReasonInternalError}

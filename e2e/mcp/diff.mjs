@@ -168,7 +168,13 @@ const adapters = {
           return type === "dir" ? { type, mode } : { type, size: Number(o.size), mode }; // a directory's size means nothing here
         }
         case "search": {
-          // Matches one a line: a path, JSON with "path", or "path:line:…".
+          // The search operation's document ({"matches":[{"path",…}]}:
+          // paths relative to the searched directory), else matches one a
+          // line: a path, JSON with "path", or "path:line:…".
+          try {
+            const doc = JSON.parse(t);
+            if (doc && Array.isArray(doc.matches)) return sortedUnique(doc.matches.map((m) => relPath(side, m.path)));
+          } catch { /* not one document */ }
           const paths = t.split("\n").filter(Boolean).map((l) => {
             try { const o = JSON.parse(l); if (o && o.path) return o.path; } catch { /* not JSON */ }
             return l.split(":")[0];

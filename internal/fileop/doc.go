@@ -1,6 +1,7 @@
-// Package fileop performs the effects of write and delete tools beneath a
-// securefs.Root: on the fd of the parent directory that the kernel
-// resolved, never on a path looked up again.
+// Package fileop performs the effects of the file tools that change or
+// describe files (write, edit, delete, move, mkdir, stat, ranged reads)
+// beneath a securefs.Root: on the fd of the parent directory that the
+// kernel resolved, never on a path looked up again.
 //
 // ResolveParent resolves a path's parent directory with securefs (symlinks
 // followed only while they stay beneath the root, as for reads) and keeps
@@ -33,4 +34,14 @@
 // whose directory fsync failed is ErrNotDurable, returned with the filled
 // result: the caller reports what happened. Hashing for if_match and for a
 // delete's record reads at most MaxHashBytes and stops with its context.
+//
+// An edit is ApplyEdits (pure: exact replacements, each matching exactly
+// once) on what Parent.ReadAll read, committed by Write with the digest of
+// that read as its precondition. A move is one renameat2(RENAME_NOREPLACE)
+// between two held parent fds, under both names' locks (Locks.LockPair),
+// bound to the source inode the decision saw; Parent.WalkNames lists what
+// a directory move carries, for the decision's never check. Mkdir and
+// MkdirAll make directories one component at a time beneath a held fd,
+// following no symlink. Stat describes a resolved handle; ReadRange
+// selects lines of a held file, bounded by max_bytes.
 package fileop

@@ -1,0 +1,187 @@
+//go:build linux
+
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/testutil"
+)
+
+// TestMoveTable: move over the socket, allowed cases, errors and escapes
+// of both ends, and the never rules: a never-listed file is neither made
+// visible under a new name nor a visible one hidden, and a directory does
+// not carry a never-listed entry out from under a path glob.
+func TestMoveTable(t *testing.T) {
+	base, h := changeFixture(t)
+	ws := filepath.Join(base, "ws")
+	write := func(rel, content string) {
+		testutil.Must(t, os.MkdirAll(filepath.Dir(filepath.Join(ws, rel)), 0o755))
+		testutil.Must(t, os.WriteFile(filepath.Join(ws, rel), []byte(content), 0o644))
+	}
+	write("a.txt", "a\n")
+	write("taken.txt", "taken\n")
+	write(".env", "K=v\n")
+	write("private/k", "k\n")
+	write("proj/main.go", "package main\n")
+	write("proj/secret/.env", "S=1\n")
+	write("proj/secret/key", "key\n")
+	write("plain/x.go", "x\n")
+	write("plain/.env", "P=1\n")
+	testutil.Must(t, os.Mkdir(filepath.Join(ws, "proj2"), 0o755))
+	testutil.Must(t, unix.Mkfifo(filepath.Join(ws, "fifo"), 0o644))
+	call := func(args map[string]any) *api.CallResult { r, _ := h.call("move_file", args); return r }
+	for _, tc := range []struct {
+		name   string
+		args   map[string]any
+		reason api.Reason
+	}{
+		{"no to", map[string]any{"path": "ws/a.txt"}, api.ReasonInvalidArgs},
+		{"destination exists", map[string]any{"path": "ws/a.txt", "to": "ws/taken.txt"}, api.ReasonPreconditionFailed},
+		{"destination is a directory", map[string]any{"path": "ws/a.txt", "to": "ws/proj2"}, api.ReasonPreconditionFailed},
+		{"stale if_match", map[string]any{"path": "ws/a.txt", "to": "ws/b.txt", "if_match": sha256Of([]byte("older"))}, api.ReasonPreconditionFailed},
+		{"absent source", map[string]any{"path": "ws/none", "to": "ws/b.txt"}, api.ReasonNotFound},
+		{"fifo", map[string]any{"path": "ws/fifo", "to": "ws/b.txt"}, api.ReasonUnsupportedFileType},
+		{".env to innocent", map[string]any{"path": "ws/.env", "to": "ws/notes.txt"}, api.ReasonNeverListed},
+		{"innocent to .env", map[string]any{"path": "ws/a.txt", "to": "ws/proj2/.env"}, api.ReasonNeverListed},
+		{"innocent to .ENV (folded)", map[string]any{"path": "ws/a.txt", "to": "ws/.ENV"}, api.ReasonNeverListed},
+		{"innocent under private", map[string]any{"path": "ws/a.txt", "to": "ws/private/a.txt"}, api.ReasonNeverListed},
+		{"out of private", map[string]any{"path": "ws/private/k", "to": "ws/k"}, api.ReasonNeverListed},
+		{"a directory carrying secret/ out from under proj/secret/**", map[string]any{"path": "ws/proj", "to": "ws/elsewhere"}, api.ReasonNeverListed},
+		{"a directory into a never-listed path", map[string]any{"path": "ws/plain", "to": "ws/proj/secret/plain"}, api.ReasonNeverListed},
+		{"to outside", map[string]any{"path": "ws/a.txt", "to": "outside/a.txt"}, api.ReasonOutsideRoots},
+		{"from outside", map[string]any{"path": "outside/keep.txt", "to": "ws/keep.txt"}, api.ReasonOutsideRoots},
+		{"to dotdot", map[string]any{"path": "ws/a.txt", "to": "ws/../outside/a.txt"}, api.ReasonOutsideRoots},
+		{"from dotdot", map[string]any{"path": "ws/../outside/keep.txt", "to": "ws/keep.txt"}, api.ReasonOutsideRoots},
+		{"to absolute", map[string]any{"path": "ws/a.txt", "to": filepath.Join(base, "outside/a.txt")}, api.ReasonInvalidPath},
+		{"from absolute", map[string]any{"path": filepath.Join(base, "outside/keep.txt"), "to": "ws/k.txt"}, api.ReasonInvalidPath},
+		{"to through a symlink out", map[string]any{"path": "ws/a.txt", "to": "ws/out/a.txt"}, api.ReasonOutsideRoots},
+		{"from through a symlink out", map[string]any{"path": "ws/out/keep.txt", "to": "ws/keep.txt"}, api.ReasonOutsideRoots},
+		{"into itself", map[string]any{"path": "ws/plain", "to": "ws/plain/sub"}, api.ReasonInvalidArgs},
+	} {
+		res := call(tc.args)
+		if res.Reason != tc.reason || res.OK {
+			t.Errorf("%s: %s ok=%v (%s), want %s", tc.name, res.Reason, res.OK, derefOr(res.Output), tc.reason)
+		}
+	}
+	outsideIntact(t, base)
+	fileIs(t, filepath.Join(ws, "a.txt"), "a\n")
+	fileIs(t, filepath.Join(ws, ".env"), "K=v\n")
+	fileIs(t, filepath.Join(ws, "proj/secret/key"), "key\n")
+	fileIs(t, filepath.Join(ws, "taken.txt"), "taken\n")
+
+	// Allowed: a file, with if_match (its digest is the result), a
+	// directory whose .env stays hidden at its new path, and a symlink
+	// out of the root, moved as itself.
+	res := call(map[string]any{"path": "ws/a.txt", "to": "ws/b.txt", "if_match": sha256Of([]byte("a\n"))})
+	if !res.OK || res.SHA256 != sha256Of([]byte("a\n")) {
+		t.Fatalf("move a file: %+v", res)
+	}
+	fileIs(t, filepath.Join(ws, "b.txt"), "a\n")
+	if _, err := os.Lstat(filepath.Join(ws, "a.txt")); !os.IsNotExist(err) {
+		t.Fatalf("the source is still there: %v", err)
+	}
+	if res := call(map[string]any{"path": "ws/plain", "to": "ws/proj2/plain"}); !res.OK {
+		t.Fatalf("move a directory whose .env stays hidden: %+v", res)
+	}
+	fileIs(t, filepath.Join(ws, "proj2/plain/x.go"), "x\n")
+	if res := call(map[string]any{"path": "ws/out.txt", "to": "ws/link.txt"}); !res.OK {
+		t.Fatalf("move a symlink: %+v", res)
+	}
+	if l, err := os.Readlink(filepath.Join(ws, "link.txt")); err != nil || l != "../outside/keep.txt" {
+		t.Fatalf("the symlink moved as: %q %v", l, err)
+	}
+	outsideIntact(t, base)
+	// Two targets, recorded by name.
+	if l := string(h.ledger()); !strings.Contains(l, `"resolved":{"path":[`) || !strings.Contains(l, `"to":[`) {
+		t.Fatalf("a move's decision records its two targets by name")
+	}
+}
+
+// TestMoveSwapRace: the destination's and the source's parent directory
+// is swapped for a symlink to outside in a loop (RENAME_EXCHANGE) while
+// moves run into it and out of it; nothing ever lands outside and nothing
+// is taken from outside. The race must really have run: swaps happened
+// during moves, and moves went both ways (some done, some refused).
+func TestMoveSwapRace(t *testing.T) {
+	base, h := changeFixture(t)
+	ws := filepath.Join(base, "ws")
+	outside := filepath.Join(base, "outside")
+	dir := filepath.Join(ws, "target")
+	testutil.Must(t, os.MkdirAll(dir, 0o755))
+	testutil.Must(t, os.MkdirAll(filepath.Join(ws, "from"), 0o755))
+	testutil.Must(t, os.Symlink("../outside", filepath.Join(ws, "swap")))
+	for i := 0; i < 150; i++ {
+		testutil.Must(t, os.WriteFile(filepath.Join(ws, "from", fmt.Sprint("f", i)), []byte("in\n"), 0o644))
+		// A name the outbound moves would take if they followed the swap.
+		testutil.Must(t, os.WriteFile(filepath.Join(dir, fmt.Sprint("g", i)), []byte("in\n"), 0o644))
+	}
+	for i := 0; i < 150; i++ {
+		testutil.Must(t, os.WriteFile(filepath.Join(outside, fmt.Sprint("g", i)), []byte("out\n"), 0o644))
+	}
+	before, err := os.ReadDir(outside)
+	testutil.Must(t, err)
+	sw := testutil.Swap(t, func(int) error {
+		return unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, filepath.Join(ws, "swap"), unix.RENAME_EXCHANGE)
+	})
+	done, refused, overlapped := 0, 0, 0
+	reasons := map[api.Reason]int{}
+	for i := 0; i < 150; i++ {
+		for _, args := range []map[string]any{
+			{"path": fmt.Sprint("ws/from/f", i), "to": fmt.Sprint("ws/target/f", i)},
+			{"path": fmt.Sprint("ws/target/g", i), "to": fmt.Sprint("ws/from/g", i)},
+		} {
+			n := sw.Swaps()
+			res, _ := h.call("move_file", args)
+			if sw.Swaps() != n {
+				overlapped++
+			}
+			if res.OK {
+				done++
+				continue
+			}
+			refused++
+			reasons[res.Reason]++
+			switch res.Reason {
+			case api.ReasonOutsideRoots, api.ReasonNotFound, api.ReasonPreconditionFailed:
+			default:
+				t.Errorf("move %v refused %s, want outside_roots, not_found or precondition_failed", args, res.Reason)
+			}
+		}
+	}
+	if err := sw.Stop(); err != nil {
+		t.Fatalf("swap: %v", err)
+	}
+	after, err := os.ReadDir(outside)
+	testutil.Must(t, err)
+	if len(after) != len(before) {
+		t.Fatalf("a move changed what is outside the root: %d entries, was %d", len(after), len(before))
+	}
+	for _, e := range after {
+		if b, err := os.ReadFile(filepath.Join(outside, e.Name())); err != nil || (e.Name() != "keep.txt" && string(b) != "out\n") {
+			t.Fatalf("outside/%s: %q %v", e.Name(), b, err)
+		}
+	}
+	// Whatever moved in from/ came from the root.
+	ents, err := os.ReadDir(filepath.Join(ws, "from"))
+	testutil.Must(t, err)
+	for _, e := range ents {
+		if b, _ := os.ReadFile(filepath.Join(ws, "from", e.Name())); string(b) != "in\n" {
+			t.Fatalf("from/%s came from outside: %q", e.Name(), b)
+		}
+	}
+	t.Logf("%d swaps, %d moves overlapped a swap, %d done, %d refused %v", sw.Swaps(), overlapped, done, refused, reasons)
+	if sw.Swaps() == 0 || overlapped == 0 {
+		t.Fatalf("the race was not exercised: %d swaps, %d during a move", sw.Swaps(), overlapped)
+	}
+	if done == 0 || refused == 0 {
+		t.Fatalf("the race never went both ways: %d done, %d refused", done, refused)
+	}
+}

@@ -3,13 +3,18 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
@@ -179,4 +184,64 @@ func TestApprovalShowsEditDiff(t *testing.T) {
 	}
 	fileIs(t, target, "one\n2\nthree\n")
 	waitSpills(t, h.stateDir, 0)
+}
+
+// TestRecoverInterruptedEdit: an edit commits through the write path, so
+// a crash between its durable decision and its rename leaves the write's
+// temp name beside the file; the next start removes it (recover.go, from
+// the edit's decision record) and says so. Move and mkdir name nothing
+// but their target: they leave no temp file to recover.
+func TestRecoverInterruptedEdit(t *testing.T) {
+	testutil.RequireRoot(t)
+	base := t.TempDir()
+	ws := filepath.Join(base, "ws")
+	testutil.Must(t, os.MkdirAll(filepath.Join(ws, "sub"), 0o755))
+	target := filepath.Join(ws, "sub/a.txt")
+	testutil.Must(t, os.WriteFile(target, []byte("v1\n"), 0o644))
+	m := writeManifest(t, base, `{"schema_version":1,"tools":{"edit_file":{"operation":"edit","roots":["ws"]}}}`)
+	dir := t.TempDir()
+	cfg := Config{Manifest: m, Socket: filepath.Join(dir, "s.sock"), StateDir: filepath.Join(dir, "state"),
+		RunDir: filepath.Join(dir, "run"), Helper: testutil.Helper(t), Logger: slog.New(slog.NewJSONHandler(&testutil.LockedBuffer{}, nil))}
+	stop := launch(t, cfg)
+	h := &harness{t: t, socket: cfg.Socket, stateDir: cfg.StateDir, c: client.New(cfg.Socket)}
+	if res, _ := h.call("edit_file", map[string]any{"path": "ws/sub/a.txt", "edits": []anEdit{{OldText: "v1", NewText: "v2"}}}); !res.OK {
+		t.Fatalf("edit: %+v", res)
+	}
+	h.c.Close()
+	stop()
+	var dec *audit.Record
+	for _, line := range bytes.Split(bytes.TrimSpace(h.ledger()), []byte("\n")) {
+		var r audit.Record
+		testutil.Must(t, json.Unmarshal(line, &r))
+		if r.Kind == audit.KindDecision && r.Operation == api.OpEdit {
+			dec = &r
+		}
+	}
+	if dec == nil {
+		t.Fatal("no edit decision recorded")
+	}
+	// The crash: the decision durable, no result, the temp file there.
+	l, _, err := audit.Open(filepath.Join(cfg.StateDir, "audit.jsonl"))
+	testutil.Must(t, err)
+	id := "c-01RECOVEREDITAAAAAAAAAAAAA"
+	dec.CallID, dec.Seq, dec.Prev, dec.Hash = id, 0, "", ""
+	testutil.Must(t, l.AppendSync(dec))
+	testutil.Must(t, l.Close())
+	temp := filepath.Join(ws, "sub", writeTempName(id))
+	testutil.Must(t, os.WriteFile(temp, []byte("half"), 0o600))
+	os.Remove(filepath.Join(cfg.StateDir, cleanStopFile))
+	stop = launch(t, cfg)
+	stop()
+	if exists(temp) {
+		t.Fatal("recovery left an interrupted edit's temp file")
+	}
+	fileIs(t, target, "v2\n")
+	if !strings.Contains(string(h.ledger()), `"call_id":"`+id+`","detail":"removed the temp file of an interrupted write: ws/sub/`+writeTempName(id)) {
+		t.Fatalf("no recovered record for the edit:\n%s", h.ledger())
+	}
+	for _, op := range []api.Operation{api.OpMove, api.OpMkdir} {
+		if operations[op].tempName != nil {
+			t.Errorf("%s names a temp file", op)
+		}
+	}
 }

@@ -52,7 +52,7 @@ func execEdit(c *call, _ func(string, []byte)) *outcome {
 		return c.commitOutcome(err, "edit")
 	}
 	if ea.IfMatch != "" && ea.IfMatch != digest {
-		return &outcome{reason: api.ReasonPreconditionFailed, output: []byte("if_match: the file's content is " + digest)}
+		return &outcome{reason: api.ReasonPreconditionFailed, output: []byte("if_match: the file's content is " + digest + "\n")}
 	}
 	edits := make([]fileop.Edit, len(ea.Edits))
 	for i, e := range ea.Edits {
@@ -105,9 +105,9 @@ func editFailed(err error) *outcome {
 	var ee *fileop.EditError
 	switch {
 	case errors.As(err, &ee):
-		msg := fmt.Sprintf("args.edits[%d].old_text occurs %d times in the file, want exactly once", ee.Index, ee.Count)
+		msg := fmt.Sprintf("args.edits[%d].old_text occurs %d times in the file, want exactly once\n", ee.Index, ee.Count)
 		if ee.Count == 0 {
-			msg = fmt.Sprintf("args.edits[%d].old_text is not in the file (0 matches, want exactly once)", ee.Index)
+			msg = fmt.Sprintf("args.edits[%d].old_text is not in the file (0 matches, want exactly once)\n", ee.Index)
 		}
 		return &outcome{reason: api.ReasonPreconditionFailed, output: []byte(msg)}
 	case errors.Is(err, fileop.ErrEmptyEdit):

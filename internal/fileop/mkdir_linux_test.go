@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // mkdirTree: a file, a symlink to the outside directory, and an empty
@@ -202,7 +203,7 @@ func TestMkdirAllSwapRace(t *testing.T) {
 				}
 			}
 			stop()
-			if names := listing(t, empty); len(names) != 0 {
+			if names := testutil.Listing(t, empty); len(names) != 0 {
 				t.Fatalf("directories appeared outside: %v", names)
 			}
 			f.outsideUntouched(t)

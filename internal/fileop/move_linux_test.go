@@ -246,14 +246,14 @@ func TestMoveSourceSwapped(t *testing.T) {
 // and copies nothing.
 func TestMoveCrossDevice(t *testing.T) {
 	f := newFixture(t, securefs.ModeOpenat2)
-	tmpfs(t, filepath.Join(f.dir, "mnt"), "1M")
+	testutil.MountTmpfs(t, filepath.Join(f.dir, "mnt"), "1M")
 	put(t, filepath.Join(f.dir, "a"), "A\n")
 	src, dst := f.parent(t, "a"), f.parent(t, "mnt/a")
 	cur, _ := src.Stat()
 	if _, err := Move(src, dst, MoveOptions{Source: cur}); !errors.Is(err, ErrCrossDevice) || !errors.Is(err, unix.EXDEV) {
 		t.Fatalf("Move across file systems: %v", err)
 	}
-	if names := listing(t, filepath.Join(f.dir, "mnt")); len(names) != 0 {
+	if names := testutil.Listing(t, filepath.Join(f.dir, "mnt")); len(names) != 0 {
 		t.Fatalf("something landed on the other file system: %v", names)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // noSyncDir makes the directory fsync a no-op until the test ends: a race
@@ -128,7 +129,7 @@ func TestMoveParentSwapRace(t *testing.T) {
 				}
 			}
 			stop()
-			if names := listing(t, empty); len(names) != 0 {
+			if names := testutil.Listing(t, empty); len(names) != 0 {
 				t.Fatalf("files appeared outside: %v", names)
 			}
 			f.outsideUntouched(t)

@@ -41,11 +41,11 @@ func execMove(c *call, _ func(string, []byte)) *outcome {
 	}
 	unlock := c.d.locks.LockPair(src.p, dst.p)
 	defer unlock()
-	if err := c.moveChecks(src, dst, from, to); err != nil {
-		return moveOutcome(c, err)
-	}
 	if testHookBeforeCommit != nil {
 		testHookBeforeCommit(c)
+	}
+	if err := c.moveChecks(src, dst, from, to); err != nil {
+		return moveOutcome(c, err)
 	}
 	res, err := fileop.MoveContext(c.ctx, src.p, dst.p, fileop.MoveOptions{Source: src.cur, IfMatch: ma.IfMatch})
 	if err != nil && !errors.Is(err, fileop.ErrNotDurable) {

@@ -185,3 +185,43 @@ func TestMoveSwapRace(t *testing.T) {
 		t.Fatalf("the race never went both ways: %d done, %d refused", done, refused)
 	}
 }
+
+// TestMoveParentMovedSinceDecision: another process renames a move's
+// source or destination directory into a never-listed place between the
+// decision and the rename (here from the hook, under the move's locks).
+// The move is refused (precondition_failed): each end must still be the
+// path that was checked against never, or a file under private/ would
+// come out visible, or a visible one go in hidden.
+func TestMoveParentMovedSinceDecision(t *testing.T) {
+	base, h := changeFixture(t)
+	ws := filepath.Join(base, "ws")
+	testutil.Must(t, os.MkdirAll(filepath.Join(ws, "private"), 0o755))
+	for _, d := range []string{"s", "d"} {
+		testutil.Must(t, os.MkdirAll(filepath.Join(ws, d), 0o755))
+	}
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "s/k"), []byte("k\n"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "a.txt"), []byte("a\n"), 0o644))
+	t.Cleanup(func() { testHookBeforeCommit = nil })
+
+	// The source's directory goes under private/: moving k out would
+	// make a never-listed file visible.
+	testHookBeforeCommit = func(*call) {
+		testutil.Must(t, os.Rename(filepath.Join(ws, "s"), filepath.Join(ws, "private/s")))
+	}
+	if res, _ := h.call("move_file", map[string]any{"path": "ws/s/k", "to": "ws/k"}); res.OK || res.Reason != api.ReasonPreconditionFailed {
+		t.Fatalf("source's parent moved under private/: %+v", res)
+	}
+	fileIs(t, filepath.Join(ws, "private/s/k"), "k\n")
+	if _, err := os.Lstat(filepath.Join(ws, "k")); !os.IsNotExist(err) {
+		t.Fatalf("a never-listed file came out: %v", err)
+	}
+
+	// The destination's directory goes under private/: a.txt would hide.
+	testHookBeforeCommit = func(*call) {
+		testutil.Must(t, os.Rename(filepath.Join(ws, "d"), filepath.Join(ws, "private/d")))
+	}
+	if res, _ := h.call("move_file", map[string]any{"path": "ws/a.txt", "to": "ws/d/a.txt"}); res.OK || res.Reason != api.ReasonPreconditionFailed {
+		t.Fatalf("destination's parent moved under private/: %+v", res)
+	}
+	fileIs(t, filepath.Join(ws, "a.txt"), "a\n")
+}

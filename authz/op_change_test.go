@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -158,6 +159,12 @@ func TestChangingOpsRecordNoText(t *testing.T) {
 	mv, _ := opMove.DecodeArgs(m.Tools["mv"], []byte(`{"path":"ws/a","to":"ws/b"}`))
 	if back, ok := opMove.ArgsFromRecord(m.Tools["mv"], mv.Record); !ok || back.Value.Subject() != "ws/a -> ws/b" {
 		t.Fatalf("move read back: %v %+v", ok, back.Value)
+	}
+	if ch := opMove.Approval(m.Tools["mv"], &mv); len(ch.Summary) != 2 || ch.Summary[0].Value != "ws/a" || ch.Summary[1] != (api.ChangeField{Label: "to", Value: "ws/b"}) {
+		t.Fatalf("a move's approval shows %+v, want its path and to", ch.Summary)
+	}
+	if ch := opEdit.Approval(edit, &a); ch.Kind != api.OpEdit || strings.Contains(fmt.Sprint(ch), "SECRET") {
+		t.Fatalf("an edit's approval from its args: %+v", ch)
 	}
 	md, _ := opMkdir.DecodeArgs(m.Tools["md"], []byte(`{"path":"ws/a/b","parents":true}`))
 	if back, ok := opMkdir.ArgsFromRecord(m.Tools["md"], md.Record); !ok || !back.Value.(*MkdirArgs).Parents {

@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/escapetest"
+	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
 
@@ -224,4 +226,110 @@ func TestMoveParentMovedSinceDecision(t *testing.T) {
 		t.Fatalf("destination's parent moved under private/: %+v", res)
 	}
 	fileIs(t, filepath.Join(ws, "a.txt"), "a\n")
+}
+
+// TestEscapeTableChangingOps runs the one escape table's refused paths
+// (outside_roots, never_listed, invalid_path for a read) through edit, a
+// move's source and its destination, and mkdir: each is refused, no
+// response carries a secret, and nothing outside the roots nor any
+// never-listed file changes.
+func TestEscapeTableChangingOps(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	never := `"roots":["workspace/src","workspace/tests"],"never":[".env","*.pem","private/**"]`
+	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
+	  "edit_file":{"operation":"edit",`+never+`},
+	  "move_file":{"operation":"move",`+never+`},
+	  "make_dir":{"operation":"mkdir",`+never+`}}}`)
+	h := start(t, m, securefs.ModeAuto)
+	before := snapshotOutside(t, fx.Base)
+	n, links := 0, 0
+	for _, c := range escapetest.Cases {
+		switch c.Want {
+		case api.ReasonOutsideRoots, api.ReasonNeverListed, api.ReasonInvalidPath:
+		default:
+			continue
+		}
+		p := fx.PathFor(c)
+		n++
+		moved := fmt.Sprint("workspace/src/moved", n)
+		fi, lerr := os.Lstat(filepath.Join(fx.Base, p))
+		isLink := lerr == nil && fi.Mode()&os.ModeSymlink != 0 && !filepath.IsAbs(p)
+		for _, call := range []struct {
+			tool string
+			args map[string]any
+		}{
+			{"edit_file", map[string]any{"path": p, "edits": []anEdit{{OldText: escapetest.Secret, NewText: "gone"}}}},
+			{"move_file", map[string]any{"path": "workspace/src/sub/b.txt", "to": p}},
+			{"make_dir", map[string]any{"path": p}},
+			{"make_dir", map[string]any{"path": p + "/x", "parents": true}},
+			{"move_file", map[string]any{"path": p, "to": moved}},
+		} {
+			res, body := h.call(call.tool, call.args)
+			if strings.Contains(string(body), escapetest.Secret) {
+				t.Errorf("%s: ESCAPE: %s's response carries a secret: %s", c.Name, call.tool, body)
+			}
+			if !res.OK && res.Reason != api.ReasonAllowed {
+				continue
+			}
+			// A symlink in the final place moves as itself, never
+			// followed (as a delete removes the link itself): what it
+			// points to stays where it is, and reading through it at its
+			// new name is decided there. Put it back for the next cases.
+			if isLink && call.args["to"] == moved {
+				l1, _ := os.Readlink(filepath.Join(fx.Base, moved))
+				l0, _ := os.Readlink(filepath.Join(fx.Base, p))
+				if l1 == "" || l0 != "" {
+					t.Errorf("%s: the symlink did not move as itself: %q %q", c.Name, l1, l0)
+				}
+				testutil.Must(t, os.Rename(filepath.Join(fx.Base, moved), filepath.Join(fx.Base, p)))
+				links++
+				continue
+			}
+			t.Errorf("%s: %s %v was allowed: %s", c.Name, call.tool, call.args, body)
+		}
+	}
+	t.Logf("%d refused cases, each through 5 calls; %d final-name symlinks moved as themselves", n, links)
+	if n < 30 {
+		t.Fatalf("only %d refused cases in the table", n)
+	}
+	fileIs(t, filepath.Join(fx.Base, "workspace/src/sub/b.txt"), "b\n")
+	after := snapshotOutside(t, fx.Base)
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Fatalf("outside the roots or a never-listed file changed:\nbefore %v\nafter  %v", before, after)
+	}
+	if l := h.ledger(); strings.Contains(string(l), escapetest.Secret) {
+		t.Fatal("a secret reached the audit ledger")
+	}
+}
+
+// snapshotOutside records every name beneath base, with its content or
+// link target, except what lies beneath the escape fixture's roots and
+// is not never-listed there (those a legitimate call may change).
+func snapshotOutside(t *testing.T, base string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	testutil.Must(t, filepath.Walk(base, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(base, p)
+		inRoot := strings.HasPrefix(rel, "workspace/src/") || strings.HasPrefix(rel, "workspace/tests/")
+		hidden := strings.Contains(rel, ".env") || strings.HasSuffix(rel, ".pem") || strings.Contains(rel, "/private")
+		if inRoot && !hidden || rel == "manifest.json" {
+			return nil
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			out[rel] = "-> " + l
+		case fi.Mode().IsRegular() && fi.Size() < 1<<20:
+			b, _ := os.ReadFile(p)
+			out[rel] = string(b)
+		default:
+			out[rel] = fi.Mode().String()
+		}
+		return nil
+	}))
+	return out
 }

@@ -36,6 +36,8 @@ const (
 	DefaultApprovalTimeoutMS = 300_000
 	// DefaultFileMode is the mode of files a write creates.
 	DefaultFileMode = 0o644
+	// DefaultDirMode is the mode of directories a mkdir makes.
+	DefaultDirMode = 0o755
 	// MaxManifestBytes bounds what Parse reads: a manifest is hand-written config.
 	MaxManifestBytes = 4 << 20
 	// maxMaxBytes bounds a tool's output cap so one call cannot ask the
@@ -110,6 +112,9 @@ type Tool struct {
 	MaxRequestBytes      int64    `json:"max_request_bytes,omitempty" toml:"max_request_bytes"`
 	// FileMode is the octal permission of files a write creates ("0644").
 	FileMode string `json:"file_mode,omitempty" toml:"file_mode"`
+	// DirMode is the octal permission of directories a mkdir makes
+	// ("0755", the default).
+	DirMode string `json:"dir_mode,omitempty" toml:"dir_mode"`
 	// Egress is what an execute tool's commands may reach through
 	// sluiced's proxy; nil: no network at all.
 	Egress *ExecEgress `json:"egress,omitempty" toml:"egress"`

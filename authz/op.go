@@ -180,7 +180,7 @@ func newNetTarget(authorize netAuthorizer, t *Tool, a OpArgs) *NetTarget {
 var errNoNet = errors.New("not a network operation")
 
 // ops is the one table of operations, in the order messages name them.
-var ops = []*Op{&opRead, &opList, &opStat, &opSearch, &opWrite, &opDelete, &opExecute, &opFetch, &opPost}
+var ops = []*Op{&opRead, &opList, &opStat, &opSearch, &opWrite, &opEdit, &opMove, &opMkdir, &opDelete, &opExecute, &opFetch, &opPost}
 
 // LookupOp returns the operation named op, or nil.
 func LookupOp(op api.Operation) *Op {
@@ -433,7 +433,7 @@ func keyIsSet(t *Tool) []struct {
 		{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
 		{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"}, {t.PoolMax != nil, "pool_max"},
 		{t.MaxOpenFiles != 0, "max_open_files"}, {t.Egress != nil, "egress"},
-		{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"},
+		{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"}, {t.DirMode != "", "dir_mode"},
 		{len(t.Hosts) > 0, "hosts"}, {len(t.Schemes) > 0, "schemes"}, {t.MaxRedirects != nil, "max_redirects"},
 		{t.AllowedHeaders != nil, "allowed_headers"}, {t.InsecureAllowPrivate, "insecure_allow_private"},
 		{len(t.Webhooks) > 0, "webhooks"}, {t.MaxRequestBytes != 0, "max_request_bytes"},

@@ -101,7 +101,8 @@ func noContainersLeft(t *testing.T, runDir string) {
 	}
 }
 
-// TestDurabilityBeforeEffect: for write, delete and execute, a decision
+// TestDurabilityBeforeEffect: for write, edit, move, mkdir, delete and
+// execute, a decision
 // that cannot be appended or made durable denies the call
 // audit_unavailable and the effect does not happen (docs/design.md §3).
 // Without the decision's sync before the effect in pipeline, the sync
@@ -122,7 +123,7 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 		"sync": {Sync: func() error { return boom }},
 	}
 	for _, fault := range []string{"append", "sync"} {
-		for _, op := range []string{"write", "delete", "execute"} {
+		for _, op := range []string{"write", "edit", "move", "mkdir", "delete", "execute"} {
 			t.Run(fault+"/"+op, func(t *testing.T) {
 				ledger := captureLedger(t)
 				fx := escapetest.Build(t)
@@ -130,6 +131,9 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 				m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
 				  "write_file":{"operation":"write","roots":["workspace/src"]},
 				  "delete_file":{"operation":"delete","roots":["workspace/src"]},
+				  "edit_file":{"operation":"edit","roots":["workspace/src"]},
+				  "move_file":{"operation":"move","roots":["workspace/src"]},
+				  "make_dir":{"operation":"mkdir","roots":["workspace/src"]},
 				  "run":{"operation":"execute","commands":[["cat","marker.txt"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0}}}`)
 				runDir := filepath.Join(t.TempDir(), "run")
 				h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
@@ -153,6 +157,21 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 					res, _ = h.call("write_file", map[string]any{"path": "workspace/src/new.txt", "content": "x"})
 					if _, err := os.Stat(filepath.Join(src, "new.txt")); !errors.Is(err, os.ErrNotExist) {
 						t.Errorf("the write happened without a durable decision: %v", err)
+					}
+				case "edit":
+					res, _ = h.call("edit_file", map[string]any{"path": "workspace/src/victim.txt", "edits": []map[string]string{{"old_text": "keep", "new_text": "lost"}}})
+					if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
+						t.Errorf("the edit happened without a durable decision: %q %v", b, err)
+					}
+				case "move":
+					res, _ = h.call("move_file", map[string]any{"path": "workspace/src/victim.txt", "to": "workspace/src/moved.txt"})
+					if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
+						t.Errorf("the move happened without a durable decision: %q %v", b, err)
+					}
+				case "mkdir":
+					res, _ = h.call("make_dir", map[string]any{"path": "workspace/src/newdir"})
+					if _, err := os.Lstat(filepath.Join(src, "newdir")); !errors.Is(err, os.ErrNotExist) {
+						t.Errorf("the mkdir happened without a durable decision: %v", err)
 					}
 				case "delete":
 					res, _ = h.call("delete_file", map[string]any{"path": "workspace/src/victim.txt"})

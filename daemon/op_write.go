@@ -44,7 +44,7 @@ func execWrite(c *call, _ func(string, []byte)) *outcome {
 		// The parent is checked again at commit: had it moved after the
 		// temp was named, the write is abandoned and the temp removed.
 		Check: func(cur fileop.Current) error {
-			if err := c.checkParentAt(pr.p); err != nil {
+			if err := c.checkParentAt(0, pr.p); err != nil {
 				return err
 			}
 			return c.commitCheck(cur)
@@ -54,7 +54,7 @@ func execWrite(c *call, _ func(string, []byte)) *outcome {
 		// and the call, which is all start-up recovery needs to find a
 		// temp file a crash left (recover.go). No journal, no extra sync.
 		TempName: writeTempName(c.id),
-		OnTemp:   func(dir *fileop.Parent, _ string) error { return c.checkParentAt(dir) },
+		OnTemp:   func(dir *fileop.Parent, _ string) error { return c.checkParentAt(0, dir) },
 		MinFree:  c.d.cfg.MinFree,
 	})
 	if err != nil && !errors.Is(err, fileop.ErrNotDurable) {

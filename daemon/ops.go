@@ -44,6 +44,9 @@ var operations = map[api.Operation]*opSpec{
 	api.OpStat:   {exec: execStat},
 	api.OpSearch: {exec: execSearch},
 	api.OpWrite:  {exec: execWrite, show: showWriteNow, tempName: writeTempName},
+	api.OpEdit:   {exec: execEdit, show: showEditNow, tempName: writeTempName},
+	api.OpMove:   {exec: execMove, show: showFileNow},
+	api.OpMkdir:  {exec: execMkdir},
 	api.OpDelete: {exec: execDelete, show: showFileNow},
 	api.OpExecute: {
 		exec:    func(c *call, onChunk func(string, []byte)) *outcome { return c.runExec(onChunk) },

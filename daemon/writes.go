@@ -23,6 +23,9 @@ type parentRef struct {
 	p        *fileop.Parent
 	root     *securefs.Root
 	rootPath string
+	// cur is the final name as it was when the decision looked at it: a
+	// move binds to that inode (fileop.MoveOptions.Source).
+	cur fileop.Current
 }
 
 func (t *heldTarget) closeParents() {
@@ -62,7 +65,7 @@ func (c *call) resolveParent(tg *heldTarget, root *securefs.Root, m authz.RootMa
 	if tg.parents == nil {
 		tg.parents = map[int]*parentRef{}
 	}
-	tg.parents[m.Index] = &parentRef{p: pp, root: root, rootPath: m.Root}
+	tg.parents[m.Index] = &parentRef{p: pp, root: root, rootPath: m.Root, cur: cur}
 	return nil
 }
 
@@ -82,21 +85,37 @@ var errCancelledCall = errclass.New(api.ReasonCancelled, "the call was cancelled
 // not cancelled by id (a client merely gone does not stop it), and if_match
 // matches the file as it is now (under the per-name lock).
 func (c *call) commitCheck(cur fileop.Current) error {
+	var ifMatch string
+	if p, ok := c.areq.Args.(interface{ Precondition() string }); ok {
+		ifMatch = p.Precondition() // a write's or delete's if_match
+	}
+	return c.commitCheckMatch(cur, ifMatch)
+}
+
+// stillLive is what must hold of the call itself when it commits: its
+// task's generation is the one it was decided under and it was not
+// cancelled by id.
+func (c *call) stillLive() error {
 	if !c.d.calls.current(c) {
 		return errStaleTask
 	}
 	if errors.Is(context.Cause(c.ctx), errCallCancelled) {
 		return errCancelledCall
 	}
+	return nil
+}
+
+// commitCheckMatch is commitCheck with the precondition given: an edit's
+// is the digest of the content it read, not the caller's if_match alone.
+func (c *call) commitCheckMatch(cur fileop.Current, ifMatch string) error {
+	if err := c.stillLive(); err != nil {
+		return err
+	}
 	if c.tool.RefusesHardLinks() && links(cur.Kind, cur.Nlink) > 1 {
 		// Linked since the decision (which refuses a linked file): the
 		// file is not what the call was decided on. ErrChanged first: its
 		// reason, precondition_failed, is the one errclass finds.
 		return fmt.Errorf("%w: %w", fileop.ErrChanged, errHardLinked)
-	}
-	var ifMatch string
-	if p, ok := c.areq.Args.(interface{ Precondition() string }); ok {
-		ifMatch = p.Precondition() // a write's or delete's if_match
 	}
 	return fileop.MatchIfMatchContext(c.ctx, ifMatch, cur)
 }
@@ -139,17 +158,19 @@ func (r *fileResult) record(rec *audit.Record) {
 
 func (r *fileResult) answered() bool { return false }
 
-// checkParentAt runs right before the temp name is created: the parent
-// must still be where the decision record says (its rel, from the
-// kernel's name for the fd), or recovery would look for the temp file in
-// the wrong place. A directory moved since the decision fails the write
-// (precondition_failed); nothing was named yet.
-func (c *call) checkParentAt(dir *fileop.Parent) error {
+// checkParentAt runs right before the temp name is created (or a move's
+// rename): the parent of the call's target i must still be where the
+// decision record says (its rel, from the kernel's name for the fd), or
+// recovery would look for the temp file in the wrong place, and a move's
+// ends would not be the paths checked against never. A directory moved
+// since the decision fails the call (precondition_failed); nothing was
+// named yet.
+func (c *call) checkParentAt(i int, dir *fileop.Parent) error {
 	_, rel, err := dir.Locate()
 	if err != nil {
 		return err
 	}
-	if c.dec.Resource == nil || rel != c.dec.Resource.Rel {
+	if r := c.decidedBy(i); r == nil || rel != r.Rel {
 		return fmt.Errorf("parent of %q moved since the decision: %w", dir.Name, fileop.ErrChanged)
 	}
 	return nil

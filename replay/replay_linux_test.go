@@ -33,7 +33,7 @@ func manifest(t *testing.T, s string) *authz.Manifest {
 type call struct {
 	tool, verdict, reason string
 	args                  any
-	resolved              []authz.Resource
+	resolved              any // []authz.Resource, or by target name for an operation of two
 	uid                   uint32
 }
 

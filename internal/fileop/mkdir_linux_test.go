@@ -2,7 +2,6 @@ package fileop
 
 import (
 	"errors"
-	"github.com/sluicehq/sluice/internal/testutil"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // mkdirTree: a file, a symlink to the outside directory, and an empty

@@ -2,7 +2,6 @@ package fileop
 
 import (
 	"errors"
-	"github.com/sluicehq/sluice/internal/testutil"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/internal/securefs"
+	"github.com/sluicehq/sluice/internal/testutil"
 )
 
 // noSyncDir makes the directory fsync a no-op until the test ends: a race

@@ -109,11 +109,17 @@ func editFailed(err error) *outcome {
 		if ee.Count == 0 {
 			msg = fmt.Sprintf("args.edits[%d].old_text is not in the file (0 matches, want exactly once)\n", ee.Index)
 		}
-		return &outcome{reason: api.ReasonPreconditionFailed, output: []byte(msg)}
-	case errors.Is(err, fileop.ErrEmptyEdit):
-		return &outcome{reason: api.ReasonInvalidArgs}
+		return &outcome{reason: reasonOr(err), output: []byte(msg)}
 	}
-	return &outcome{reason: api.ReasonInternalError}
+	return &outcome{reason: reasonOr(err)}
+}
+
+// reasonOr is the reason err carries (errclass), else internal_error.
+func reasonOr(err error) api.Reason {
+	if r, ok := errclass.Reason(err); ok {
+		return r
+	}
+	return api.ReasonInternalError
 }
 
 // editDiff is an edit's output: the unified diff of old → new, at most

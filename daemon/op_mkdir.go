@@ -92,10 +92,6 @@ func mkdirErr(err error) error {
 		return fmt.Errorf("%w: %w", errMkdirEscapes, err)
 	case errors.Is(err, securefs.ErrNotExist):
 		return fmt.Errorf("%w: %w", errMkdirGone, err)
-	case errors.Is(err, fileop.ErrExists):
-		// A *fileop.ExistsError is ErrExists by Is, which errclass does
-		// not look at: name the sentinel, whose reason it carries.
-		return fmt.Errorf("%w: %w", fileop.ErrExists, err)
 	}
 	return err
 }

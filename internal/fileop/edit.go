@@ -4,8 +4,10 @@ package fileop
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/errclass"
 )
 
 // Edit is one exact replacement: Old, which must occur exactly once in
@@ -16,7 +18,7 @@ type Edit struct {
 
 // ErrEmptyEdit: an edit's Old is empty (it would match everywhere). A
 // malformed request, not a failed precondition.
-var ErrEmptyEdit = errors.New("edit with empty old text")
+var ErrEmptyEdit = errclass.New(api.ReasonInvalidArgs, "edit with empty old text")
 
 // EditError says which edit did not match exactly once, and how many
 // times it matched (0, or 2 and more). It is ErrPrecondition: the file is
@@ -35,6 +37,9 @@ func (e *EditError) Error() string {
 
 // Is makes an EditError ErrPrecondition.
 func (e *EditError) Is(target error) bool { return target == ErrPrecondition }
+
+// Reason is ErrPrecondition's: the file is not as the edits expect.
+func (e *EditError) Reason() api.Reason { return api.ReasonPreconditionFailed }
 
 // ApplyEdits applies edits to content in order and returns the new
 // content; content is not modified. Each Old must occur exactly once in

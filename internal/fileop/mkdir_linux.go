@@ -25,6 +25,9 @@ func (e *ExistsError) Error() string { return fmt.Sprintf("%q exists (a %s)", e.
 // Is makes an ExistsError ErrExists.
 func (e *ExistsError) Is(target error) bool { return target == ErrExists }
 
+// Reason is ErrExists's: a name is in the way (precondition_failed).
+func (e *ExistsError) Reason() api.Reason { return api.ReasonPreconditionFailed }
+
 // MkdirOptions are the decided parameters of one mkdir.
 type MkdirOptions struct {
 	// Perm is the permission bits of each directory made (0 means 0755),

@@ -84,6 +84,22 @@ step "a stale write: if_match names content the file no longer has" write_file \
 step "a write through a symlink (notes.txt -> ../secret.txt)" write_file '{"path":"workspace/src/notes.txt","content":"x"}'
 step "a write to a never-listed name" write_file '{"path":"workspace/src/.env","content":"x"}'
 
+bold "== the file tools agents use: ranged reads, deep lists, stat, search, edit, mkdir, move"
+step "read two lines (offset/limit): the result carries size and next_offset" read_file '{"path":"workspace/src/calc.py","offset":4,"limit":2}' --json
+step "the last 3 lines of a 22 KiB log (tail)" read_file '{"path":"workspace/src/big_log.txt","tail":3}'
+step "list two levels deep (private/ and .env stay hidden at every level)" list_dir '{"path":"workspace/src","depth":2}'
+step "stat a file: type, size, mode, mtime, sha256" stat_file '{"path":"workspace/src/calc.py"}'
+step "search lines by RE2 regex (never-listed files are not read)" find_code '{"path":"workspace/src","content":"def (add|mean)\\("}'
+step "search names: *.pem finds nothing (id.pem is never-listed)" find_code '{"path":"workspace/src","name":"*.pem"}'
+step "edit one line: exact text, exactly once; the result is a diff" edit_source \
+  '{"path":"workspace/src/calc.py","edits":[{"old_text":"    return a + b","new_text":"    return a + b  # reviewed"}]}'
+step "an edit whose old text is not in the file" edit_source \
+  '{"path":"workspace/src/calc.py","edits":[{"old_text":"return a * b","new_text":"x"}]}'
+step "make a directory" make_dir '{"path":"workspace/src/docs"}'
+step "move notes.md into it" move_source '{"path":"workspace/src/notes.md","to":"workspace/src/docs/notes.md"}'
+step "move a never-listed file (id.pem) to an innocent name" move_source '{"path":"workspace/src/id.pem","to":"workspace/src/key.txt"}'
+step "a move never replaces: onto calc.py" move_source '{"path":"workspace/src/docs/notes.md","to":"workspace/src/calc.py"}'
+
 bold "== execute tools run in a sandbox: read-only mounts, no network, seccomp, limits"
 step "run the project's unit tests (a warm container; .env does not exist inside)" run_tests '{}'
 step "the same tool with a command the manifest does not list" run_tests '{"argv":["sh","-c","cat src/.env"]}'

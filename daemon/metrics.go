@@ -14,8 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/sluicehq/sluice/audit"
 )
 
 // metrics are sluiced's Prometheus metrics, served on --metrics-listen.
@@ -213,40 +211,6 @@ func (m *metrics) reloaded(err error) {
 		result = "refused"
 	}
 	m.reloads.WithLabelValues(result).Inc()
-}
-
-// meteredLedger is the audit ledger with its appends and syncs timed.
-type meteredLedger struct {
-	*audit.Ledger
-	m *metrics
-}
-
-func (l meteredLedger) Append(rec *audit.Record) (uint64, error) {
-	if l.m == nil {
-		return l.Ledger.Append(rec)
-	}
-	t := time.Now()
-	seq, err := l.Ledger.Append(rec)
-	l.m.auditAppend.Observe(time.Since(t).Seconds())
-	return seq, err
-}
-
-func (l meteredLedger) Sync(seq uint64) error {
-	if l.m == nil {
-		return l.Ledger.Sync(seq)
-	}
-	t := time.Now()
-	err := l.Ledger.Sync(seq)
-	l.m.auditSync.Observe(time.Since(t).Seconds())
-	return err
-}
-
-func (l meteredLedger) AppendSync(rec *audit.Record) error {
-	seq, err := l.Append(rec)
-	if err != nil {
-		return err
-	}
-	return l.Sync(seq)
 }
 
 // checkMetricsAddr refuses a metrics address that is not loopback unless

@@ -14,10 +14,19 @@
 //
 // # Groups
 //
-// The package's files fall in groups, each one concern (docs/design.md §2).
+// The package's files fall in groups, each one concern (docs/design.md §2):
+// the HTTP handlers, tasks, events and systemd (transport); the steps of a
+// call (pipeline); the operations' table (ops.go) and their effectful
+// halves (operations: op_NAME.go, with the commit machinery writes and
+// deletes share and execute's egress); parked calls (approvals); the
+// interrupted writes found at start (recovery); loading a manifest
+// (policy); Prometheus metrics; the Daemon and its ledger (core).
+//
 // Which group may use which group's names is held by internal/deptest's
-// TestDaemonGroups, which reads this list: a new file must be placed in a
-// group, and a new operation's op_NAME.go is in the operations group.
+// TestDaemonGroups, which reads the list below: an operation uses only
+// what the pipeline offers it; approvals, transport and recovery use no
+// operation's code; only the table names an executor. A new file must be
+// placed in a group; a new op_NAME.go is in the operations group.
 //
 //	core:       daemon.go daemon_other.go doc.go ledger.go
 //	transport:  http.go tasks.go events.go systemd.go

@@ -310,6 +310,8 @@ var fences = []fence{
 		why: "loading the manifest is policy.go's; an operation readies its tools in its load hook"},
 	{from: "operations", to: []string{"metrics"}, only: map[string]string{"metrics.poolGet": "execute counts its warm and cold containers"},
 		why: "the pipeline meters calls; an operation does not"},
+	{from: "pipeline", to: []string{"approvals"}, only: map[string]string{"call.awaitApproval": "the one door a call is parked through"},
+		why: "the pipeline parks a call through awaitApproval alone; what an approver sees and decides is approvals'"},
 	{from: "approvals", to: []string{"operations"},
 		why: "approvals render any operation through opSpec.show and authz.Op.Approval, never its code"},
 	{from: "transport", to: []string{"operations"},
@@ -427,6 +429,8 @@ func TestDaemonGroupsRefuse(t *testing.T) {
 			"uses Daemon.handleApprovals of approvals.go (approvals): an operation adds to an approval only"},
 		"zz_ops_recovery.go": {"operations", "func (d *Daemon) zzRecover() { _ = d.recoverWrites }",
 			"uses Daemon.recoverWrites of recover.go (recovery)"},
+		"zz_pipeline_approvals.go": {"pipeline", "func (d *Daemon) zzPark() { _ = d.approvalChange }",
+			"uses Daemon.approvalChange of spill_change.go (approvals): the pipeline parks a call through awaitApproval alone"},
 		"zz_ops_pipeline.go": {"operations", "func (c *call) zzResolve() { _ = c.resolve }",
 			"uses call.resolve of resolve.go (pipeline): an operation's effectful half uses only what the pipeline offers"},
 	}

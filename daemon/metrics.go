@@ -134,14 +134,15 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	p := s.d.pol
 	s.d.mu.RUnlock()
 	ch <- prometheus.MustNewConstMetric(policyDesc, prometheus.GaugeValue, 1, p.m.Version)
-	names := make([]string, 0, len(p.exec))
-	for name := range p.exec {
+	pools := p.pools()
+	names := make([]string, 0, len(pools))
+	for name := range pools {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
 		ready, size := 0, 0
-		if pool := p.exec[name].pool; pool != nil {
+		if pool := pools[name]; pool != nil {
 			ready, size = pool.Ready(), pool.Size()
 		}
 		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(ready), name)

@@ -11,4 +11,30 @@
 // Under systemd it serves the socket systemd passes and tells systemd when
 // it is ready, reloading or stopping (systemd.go); --metrics-listen serves
 // Prometheus metrics on a loopback address (metrics.go).
+//
+// # Groups
+//
+// The package's files fall in groups, each one concern (docs/design.md §2):
+// the HTTP handlers, tasks, events and systemd (transport); the steps of a
+// call (pipeline); the operations' table (ops.go) and their effectful
+// halves (operations: op_NAME.go, with the commit machinery writes and
+// deletes share and execute's egress); parked calls (approvals); the
+// interrupted writes found at start (recovery); loading a manifest
+// (policy); Prometheus metrics; the Daemon and its ledger (core).
+//
+// Which group may use which group's names is held by internal/deptest's
+// TestDaemonGroups, which reads the list below: an operation uses only
+// what the pipeline offers it; approvals, transport and recovery use no
+// operation's code; only the table names an executor. A new file must be
+// placed in a group; a new op_NAME.go is in the operations group.
+//
+//	core:       daemon.go daemon_other.go doc.go ledger.go
+//	transport:  http.go tasks.go events.go systemd.go
+//	pipeline:   pipeline.go request.go registry.go resolve.go targets.go present.go reasons.go admit.go ratelimit.go wirejson.go ids.go schema.go
+//	table:      ops.go
+//	operations: op_*.go writes.go exec_egress.go diff.go
+//	approvals:  approvals.go spill_change.go
+//	recovery:   recover.go
+//	policy:     policy.go
+//	metrics:    metrics.go
 package daemon

@@ -14,8 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/sluicehq/sluice/audit"
 )
 
 // metrics are sluiced's Prometheus metrics, served on --metrics-listen.
@@ -136,14 +134,15 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	p := s.d.pol
 	s.d.mu.RUnlock()
 	ch <- prometheus.MustNewConstMetric(policyDesc, prometheus.GaugeValue, 1, p.m.Version)
-	names := make([]string, 0, len(p.exec))
-	for name := range p.exec {
+	pools := p.pools()
+	names := make([]string, 0, len(pools))
+	for name := range pools {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
 		ready, size := 0, 0
-		if pool := p.exec[name].pool; pool != nil {
+		if pool := pools[name]; pool != nil {
 			ready, size = pool.Ready(), pool.Size()
 		}
 		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(ready), name)
@@ -213,40 +212,6 @@ func (m *metrics) reloaded(err error) {
 		result = "refused"
 	}
 	m.reloads.WithLabelValues(result).Inc()
-}
-
-// meteredLedger is the audit ledger with its appends and syncs timed.
-type meteredLedger struct {
-	*audit.Ledger
-	m *metrics
-}
-
-func (l meteredLedger) Append(rec *audit.Record) (uint64, error) {
-	if l.m == nil {
-		return l.Ledger.Append(rec)
-	}
-	t := time.Now()
-	seq, err := l.Ledger.Append(rec)
-	l.m.auditAppend.Observe(time.Since(t).Seconds())
-	return seq, err
-}
-
-func (l meteredLedger) Sync(seq uint64) error {
-	if l.m == nil {
-		return l.Ledger.Sync(seq)
-	}
-	t := time.Now()
-	err := l.Ledger.Sync(seq)
-	l.m.auditSync.Observe(time.Since(t).Seconds())
-	return err
-}
-
-func (l meteredLedger) AppendSync(rec *audit.Record) error {
-	seq, err := l.Append(rec)
-	if err != nil {
-		return err
-	}
-	return l.Sync(seq)
 }
 
 // checkMetricsAddr refuses a metrics address that is not loopback unless

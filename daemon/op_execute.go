@@ -251,6 +251,9 @@ type coldBox struct {
 	err error
 }
 
+// coldStart is the box startCold is making: the call's prepared work.
+type coldStart chan coldBox
+
 // startCold begins making an allowed execute call's box while its
 // decision is made durable, when its tool keeps no pool (every call
 // starts cold) and a container slot is free at once: the container's
@@ -259,16 +262,16 @@ type coldBox struct {
 // it (a pool makes its boxes before any call); its command is handed
 // over only in runExec, after the sync, and a box made for a call that
 // ends first (the sync failed, the call was cancelled) is destroyed
-// unused (dropCold, runExec). A tool with a pool waits for the pool as
-// before, and a call that would queue for a slot queues after its sync,
-// so no box is ever made beyond --max-containers.
+// unused (coldStart.drop, runExec). A tool with a pool waits for the
+// pool as before, and a call that would queue for a slot queues after its
+// sync, so no box is ever made beyond --max-containers.
 func (c *call) startCold() {
 	et := c.p.exec[c.req.Tool]
 	if et == nil || et.pool != nil || c.p.runner == nil || c.ctx.Err() != nil || !c.d.slots.TryAcquire(c.owner) {
 		return
 	}
-	ch := make(chan coldBox, 1)
-	c.cold = ch
+	ch := make(coldStart, 1)
+	c.prepared = ch
 	runner, spec := c.p.runner, et.spec
 	go func() {
 		box, err := runner.Create(spec)
@@ -276,14 +279,10 @@ func (c *call) startCold() {
 	}()
 }
 
-// dropCold waits for a box that startCold began for a call that ended
-// before runExec took it, destroys it unused and gives its slot back.
-func (c *call) dropCold() {
-	if c.cold == nil {
-		return
-	}
-	r := <-c.cold
-	c.cold = nil
+// drop waits for a box that startCold began for a call that ended before
+// runExec took it, destroys it unused and gives its slot back.
+func (ch coldStart) drop(c *call) {
+	r := <-ch
 	if r.box != nil {
 		r.box.Release()
 	}
@@ -310,10 +309,10 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	}
 	var box *sandbox.Box
 	var createErr error
-	if cold := c.cold; cold != nil {
+	if cold, ok := c.prepared.(coldStart); ok {
 		// startCold took the slot and began the box while the decision
 		// was made durable.
-		c.cold = nil
+		c.prepared = nil
 		defer c.d.slots.Release(c.owner)
 		r := <-cold
 		box, createErr = r.box, r.err

@@ -46,16 +46,21 @@ type call struct {
 	// held is an execute call's box once its command has ended: released
 	// (destroyed in the background, its pool refilled) after the reply.
 	held *sandbox.Box
-	// cold, when set, is an execute call's box being created while its
-	// decision is made durable (see startCold); the call holds a
-	// container slot for it.
-	cold chan coldBox
+	// prepared, when set, is what the operation's prepare began while the
+	// decision was made durable (execute: a box being made, for which the
+	// call holds a container slot); the executor takes it.
+	prepared preparedWork
 
 	// targets is what each of the operation's targets resolved to
 	// (authz.Op.Targets, in order), held for its executor.
 	targets []heldTarget
 	dec     authz.Decision
 }
+
+// preparedWork is what an operation's prepare (opSpec.prepare) began for
+// one call and its executor takes; drop gives back, unused, what a call
+// that ended first left.
+type preparedWork interface{ drop(c *call) }
 
 // Causes a call's context ends with; each becomes its reason.
 var (
@@ -115,7 +120,10 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 	c := d.calls.begin(d, p, peer, dc, start)
 	defer func() {
 		c.releaseHeld() // on every path; after a reply it is done already
-		c.dropCold()    // a box made for a call that ended before it ran
+		// What prepare began for a call that ended before it ran.
+		if c.prepared != nil {
+			c.prepared.drop(c)
+		}
 		d.calls.end(c)
 		if c.p != nil { // a parked call gives its policy back while it waits
 			c.p.release()

@@ -126,6 +126,16 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 	return p, nil
 }
 
+// pools is the policy's container pools by execute tool (nil for a tool
+// that keeps none): what readiness (systemd.go) and the metrics watch.
+func (p *policy) pools() map[string]*sandbox.Pool {
+	m := make(map[string]*sandbox.Pool, len(p.exec))
+	for name, et := range p.exec {
+		m[name] = et.pool
+	}
+	return m
+}
+
 func (p *policy) close() {
 	p.once.Do(func() {
 		for _, et := range p.exec {

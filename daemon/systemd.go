@@ -63,10 +63,10 @@ func (d *Daemon) waitWarm(ctx context.Context, timeout time.Duration) (warm, poo
 	d.mu.RUnlock()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for _, et := range p.exec {
-		if et.pool != nil {
+	for _, pool := range p.pools() {
+		if pool != nil {
 			pools++
-			if et.pool.WaitWarm(ctx) {
+			if pool.WaitWarm(ctx) {
 				warm++
 			}
 		}
@@ -76,10 +76,10 @@ func (d *Daemon) waitWarm(ctx context.Context, timeout time.Duration) (warm, poo
 
 // poolsWarm counts the policy's pools with a container waiting now.
 func (p *policy) poolsWarm() (warm, pools int) {
-	for _, et := range p.exec {
-		if et.pool != nil {
+	for _, pool := range p.pools() {
+		if pool != nil {
 			pools++
-			if et.pool.Ready() > 0 || et.pool.Min() == 0 { // min 0: fills only under load
+			if pool.Ready() > 0 || pool.Min() == 0 { // min 0: fills only under load
 				warm++
 			}
 		}

@@ -85,7 +85,7 @@ func execEdit(c *call, _ func(string, []byte)) *outcome {
 			return c.commitCheckMatch(cur, digest)
 		},
 		// The write's temp name (recover.go finds it the same way).
-		TempName: writeTempName(c.id),
+		TempName: c.op.tempName(c.id), // the temp name its table line gives (recovery finds it by it)
 		OnTemp:   func(dir *fileop.Parent, _ string) error { return c.checkParentAt(0, dir) },
 		MinFree:  c.d.cfg.MinFree,
 	})

@@ -247,6 +247,9 @@ type Resource struct {
 	// the decision checks every address, and the request goes to the
 	// first (docs/egress.md).
 	Addrs []string `json:"addrs,omitempty"`
+	// Arg is, for an execute's path element, the index in argv of the
+	// argument resolved (beneath RootPath, a root of the element).
+	Arg int `json:"arg,omitempty"`
 }
 
 // Request is an already-parsed, already-resolved call: what is common to

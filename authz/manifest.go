@@ -71,26 +71,23 @@ type Principal struct {
 // Tool is one tool's rule. Execute-only and write-only keys are validated
 // here even where the daemon does not run that operation yet.
 type Tool struct {
-	Operation   api.Operation    `json:"operation" toml:"operation"`
-	Description string           `json:"description,omitempty" toml:"description"`
-	Roots       []string         `json:"roots,omitempty" toml:"roots"`
-	Never       []string         `json:"never,omitempty" toml:"never"`
-	MaxBytes    int64            `json:"max_bytes,omitempty" toml:"max_bytes"`
-	Approval    api.ApprovalRule `json:"approval,omitempty" toml:"approval"`
-	// Commands are the allowed argv patterns (pattern.go): a list of
-	// literal strings is exactly that argv.
-	Commands [][]CommandArg `json:"commands,omitempty" toml:"commands"`
-	// Examples are argv lists checked against Commands at load.
-	Examples  *CommandExamples  `json:"examples,omitempty" toml:"examples"`
-	Mounts    []string          `json:"mounts,omitempty" toml:"mounts"`
-	Cwd       string            `json:"cwd,omitempty" toml:"cwd"`
-	Env       map[string]string `json:"env,omitempty" toml:"env"`
-	TimeoutMS int64             `json:"timeout_ms,omitempty" toml:"timeout_ms"`
-	MemoryMB  int64             `json:"memory_mb,omitempty" toml:"memory_mb"`
-	Pids      int64             `json:"pids,omitempty" toml:"pids"`
-	CPUs      float64           `json:"cpus,omitempty" toml:"cpus"`
-	Seccomp   string            `json:"seccomp,omitempty" toml:"seccomp"`
-	Pool      *int              `json:"pool,omitempty" toml:"pool"`
+	Operation   api.Operation     `json:"operation" toml:"operation"`
+	Description string            `json:"description,omitempty" toml:"description"`
+	Roots       []string          `json:"roots,omitempty" toml:"roots"`
+	Never       []string          `json:"never,omitempty" toml:"never"`
+	MaxBytes    int64             `json:"max_bytes,omitempty" toml:"max_bytes"`
+	Approval    api.ApprovalRule  `json:"approval,omitempty" toml:"approval"`
+	Commands    [][]CommandArg    `json:"commands,omitempty" toml:"commands"` // argv patterns (pattern.go)
+	Examples    *CommandExamples  `json:"examples,omitempty" toml:"examples"` // checked against Commands at load
+	Mounts      []string          `json:"mounts,omitempty" toml:"mounts"`
+	Cwd         string            `json:"cwd,omitempty" toml:"cwd"`
+	Env         map[string]string `json:"env,omitempty" toml:"env"`
+	TimeoutMS   int64             `json:"timeout_ms,omitempty" toml:"timeout_ms"`
+	MemoryMB    int64             `json:"memory_mb,omitempty" toml:"memory_mb"`
+	Pids        int64             `json:"pids,omitempty" toml:"pids"`
+	CPUs        float64           `json:"cpus,omitempty" toml:"cpus"`
+	Seccomp     string            `json:"seccomp,omitempty" toml:"seccomp"`
+	Pool        *int              `json:"pool,omitempty" toml:"pool"`
 	// PoolMax is how far the pool grows under load (see EffectivePoolMax).
 	PoolMax *int `json:"pool_max,omitempty" toml:"pool_max"`
 	// MaxOpenFiles bounds the files one container holds open through

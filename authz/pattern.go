@@ -393,7 +393,7 @@ type pathFn func(k int, arg string, m *argMatcher) bool
 // for an entry that matches by its strings, each path element by pathOK.
 func (p *cmdPattern) match(argv []string, pathOK pathFn) bool {
 	n := len(p.args)
-	if len(argv) < n || p.rest == nil && len(argv) != n {
+	if len(argv) == 0 || n == 0 || len(argv) < n || p.rest == nil && len(argv) != n {
 		return false
 	}
 	for k := range argv {

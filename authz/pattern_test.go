@@ -245,6 +245,17 @@ func TestCommandPatternErrors(t *testing.T) {
 	}
 }
 
+// TestCommandPatternRepeatedKey: a key given twice in an element (JSON
+// only: TOML refuses it as it reads) names the element.
+func TestCommandPatternRepeatedKey(t *testing.T) {
+	doc := `{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["a"],["b",{"glob":"*.py","glob":"*"}]]}}}`
+	_, err := Parse(strings.NewReader(doc), "/srv/agent")
+	var me *ManifestError
+	if !errors.As(err, &me) || me.Key != "tools.x.commands[1][1]" || !strings.Contains(me.Msg, "twice") {
+		t.Fatalf("%v", err)
+	}
+}
+
 // TestCommandExamplesPass: examples that hold load, path elements
 // checked lexically.
 func TestCommandExamplesPass(t *testing.T) {

@@ -77,7 +77,7 @@ type Tool struct {
 	Never       []string          `json:"never,omitempty" toml:"never"`
 	MaxBytes    int64             `json:"max_bytes,omitempty" toml:"max_bytes"`
 	Approval    api.ApprovalRule  `json:"approval,omitempty" toml:"approval"`
-	Commands    [][]CommandArg    `json:"commands,omitempty" toml:"commands"` // argv patterns (pattern.go)
+	Commands    [][]CommandArg    `json:"commands,omitempty" toml:"commands"` // argv patterns (op_execute_pattern.go)
 	Examples    *CommandExamples  `json:"examples,omitempty" toml:"examples"` // checked against Commands at load
 	Mounts      []string          `json:"mounts,omitempty" toml:"mounts"`
 	Cwd         string            `json:"cwd,omitempty" toml:"cwd"`

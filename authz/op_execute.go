@@ -24,7 +24,7 @@ func (a *ExecArgs) Subject() string {
 
 // opExecute runs an argv that matches one of the tool's command patterns
 // in a sandbox: args {"argv"?} (the only command, when it is literal and
-// the call omits argv). See pattern.go.
+// the call omits argv). See op_execute_pattern.go.
 var opExecute = Op{
 	Name:  api.OpExecute,
 	Hints: api.ToolHints{},

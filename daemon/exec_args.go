@@ -12,11 +12,11 @@ import (
 )
 
 // argRoots are what an execute tool's path elements ({"path": [roots…]},
-// authz/pattern.go) resolve a call's arguments beneath: each root opened
-// beneath base when the manifest loads and held, so that an argument is
-// resolved with openat2 beneath the root's fd (RESOLVE_BENEATH: "..",
-// absolute symlinks and symlinks that climb out are refused by the
-// kernel), never by a path looked up again.
+// authz/op_execute_pattern.go) resolve a call's arguments beneath: each
+// root opened beneath base when the manifest loads and held, so that an
+// argument is resolved with openat2 beneath the root's fd
+// (RESOLVE_BENEATH: "..", absolute symlinks and symlinks that climb out
+// are refused by the kernel), never by a path looked up again.
 type argRoots struct {
 	base  string                    // base as the kernel names it
 	cwd   string                    // the command's working directory, as the container sees it

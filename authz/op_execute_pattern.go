@@ -285,7 +285,6 @@ type pathRoot struct {
 type cmdPattern struct {
 	args     []argMatcher
 	rest     *argMatcher // nil: exactly len(args) arguments
-	literal  bool        // every element a string
 	hasPaths bool        // some element is a path element
 }
 
@@ -334,12 +333,9 @@ func compilePatterns(t *Tool) []cmdPattern {
 }
 
 func compilePattern(entry []CommandArg) (cmdPattern, error) {
-	p := cmdPattern{literal: true}
+	var p cmdPattern
 	for j := range entry {
 		c := &entry[j]
-		if c.isObj() {
-			p.literal = false
-		}
 		if c.Rest != nil {
 			if j != len(entry)-1 || j == 0 {
 				return p, errors.New("rest is last, after the program")

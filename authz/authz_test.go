@@ -277,6 +277,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(seed)
 	f.Add(multi)
 	f.Add(`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["a"]],"pool":0,"env":{"A":"b"}}}}`)
+	f.Add(`{"schema_version":1,"tools":{"x":{"operation":"execute","mounts":["w"],"commands":[["a",{"one_of":["-n"]},{"regex":"[a-z]+"},{"glob":"*.py"},{"path":["w"]},{"rest":{"any":true}}]],"examples":{"match":[["a","-n","b","c.py","w/x"]]}}}}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := Parse(strings.NewReader(s), "/b")
 		if err != nil {

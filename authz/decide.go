@@ -255,6 +255,9 @@ type Resource struct {
 	// and the executor sends. Never recorded; nil in a resource read back
 	// from a record, for which Decide authorizes the recorded URL itself.
 	Net *NetTarget `json:"-"`
+	// Arg is, for an execute's path element, the index in argv of the
+	// argument resolved (beneath RootPath, a root of the element).
+	Arg int `json:"arg,omitempty"`
 }
 
 // Request is an already-parsed, already-resolved call: what is common to

@@ -20,7 +20,8 @@ type toolIndex struct {
 	never       []glob
 	neverKeys   []string // "tools.NAME.never[i]"
 	commandKeys []string // "tools.NAME.commands[i]"
-	refuseLinks bool     // Tool.RefusesHardLinks
+	patterns    []cmdPattern
+	refuseLinks bool // Tool.RefusesHardLinks
 }
 
 type glob struct {
@@ -236,6 +237,7 @@ func buildIndex(name string, t *Tool) *toolIndex {
 	for i := range t.Commands {
 		ix.commandKeys = append(ix.commandKeys, key+".commands["+strconv.Itoa(i)+"]")
 	}
+	ix.patterns = compilePatterns(t)
 	return ix
 }
 

@@ -79,7 +79,8 @@ type Tool struct {
 	Never       []string          `json:"never,omitempty" toml:"never"`
 	MaxBytes    int64             `json:"max_bytes,omitempty" toml:"max_bytes"`
 	Approval    api.ApprovalRule  `json:"approval,omitempty" toml:"approval"`
-	Commands    [][]string        `json:"commands,omitempty" toml:"commands"`
+	Commands    [][]CommandArg    `json:"commands,omitempty" toml:"commands"` // argv patterns (op_execute_pattern.go)
+	Examples    *CommandExamples  `json:"examples,omitempty" toml:"examples"` // checked against Commands at load
 	Mounts      []string          `json:"mounts,omitempty" toml:"mounts"`
 	Cwd         string            `json:"cwd,omitempty" toml:"cwd"`
 	Env         map[string]string `json:"env,omitempty" toml:"env"`
@@ -237,6 +238,12 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 	// through here too.
 	if json.Valid(data) {
 		if err := strictjson.CheckKeys(data, reflect.TypeOf((*Manifest)(nil))); err != nil {
+			var ke *strictjson.KeyError
+			if errors.As(err, &ke) {
+				if rerr := refineCommandKeyError(data, ke); rerr != nil {
+					return nil, rerr
+				}
+			}
 			return nil, keyError(err)
 		}
 	}
@@ -279,6 +286,9 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 	}
 	for name, t := range m.Tools {
 		t.idx = buildIndex(name, t)
+	}
+	if err := checkExamples(m); err != nil {
+		return nil, err
 	}
 	canon, err := canonical(m)
 	if err != nil {

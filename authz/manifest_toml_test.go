@@ -44,7 +44,7 @@ func TestTOMLMatchesJSON(t *testing.T) {
 	if m.Version != j.Version {
 		t.Errorf("TOML %s, JSON %s", m.Version, j.Version)
 	}
-	if got := m.Tools["run_tests"].Commands; len(got) != 1 || strings.Join(got[0], " ") != "python -m unittest" {
+	if got, _ := m.Tools["run_tests"].OnlyCommand(); strings.Join(got, " ") != "python -m unittest" {
 		t.Errorf("commands: %v", got)
 	}
 }
@@ -187,6 +187,8 @@ func FuzzTOMLJSONTwins(f *testing.F) {
 		`{"schema_version":1,"principals":{},"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":1.0}}}`,
 		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["pip"]],"cpus":1e0,"env":{"A":"1","a":"2"},"egress":{"hosts":["pypi.org"],"schemes":[]}}}}`,
 		`{"schema_version":1,"tools":{"w":{"operation":"write","roots":["a"],"approval":"human","Approval":"none","mode":"create"}}}`,
+		`{"schema_version":1,"tools":{"x":{"operation":"execute","mounts":["w"],"commands":[["g",{"one_of":["-n"]},{"regex":"[a-z]+"},{"path":["w"]},{"rest":{"glob":"*.py"}}]],"examples":{"match":[["g","-n","a","w/x","b.py"]],"not_match":[["g"]]}}}}`,
+		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["g",{"any":true,"glob":"*"}]]}}}`,
 	} {
 		f.Add(s)
 	}

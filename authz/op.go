@@ -35,8 +35,10 @@ type Op struct {
 	// URL) and how the kernel or the resolver is asked about it. The
 	// request carries one list of resolutions per target (Request.
 	// Resolved), so an operation of two paths (a move's "path" and "to")
-	// fits as one of one does. An operation without targets (execute:
-	// its mounts were resolved at load) resolves nothing.
+	// fits as one of one does. An execute's one target is its argv
+	// (ResolveArgs): the arguments its path elements could match, each
+	// resolved beneath the element's roots; its mounts were resolved at
+	// load.
 	Targets []Target
 	// Effects: the decision is durable before the effect starts.
 	Effects bool
@@ -92,6 +94,9 @@ const (
 	ResolveExisting         // the path must exist (read, list): a handle on it
 	ResolveParent           // the parent dir and a final name, not followed (write, delete)
 	ResolveNet              // a URL's host, looked up once (fetch, post)
+	// ResolveArgs: an execute's arguments that its commands' path
+	// elements could match, each beneath the element's roots (ArgPaths).
+	ResolveArgs
 )
 
 // Target is one thing an operation resolves before its decision: the arg
@@ -429,7 +434,7 @@ func keyIsSet(t *Tool) []struct {
 		name string
 	}{
 		{len(t.Roots) > 0, "roots"},
-		{len(t.Commands) > 0, "commands"}, {len(t.Mounts) > 0, "mounts"}, {t.Cwd != "", "cwd"},
+		{len(t.Commands) > 0, "commands"}, {t.Examples != nil, "examples"}, {len(t.Mounts) > 0, "mounts"}, {t.Cwd != "", "cwd"},
 		{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
 		{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"}, {t.PoolMax != nil, "pool_max"},
 		{t.MaxOpenFiles != 0, "max_open_files"}, {t.Egress != nil, "egress"},

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/api"
@@ -23,13 +22,17 @@ func (a *ExecArgs) Subject() string {
 	return string(mustJSON(a.Argv))
 }
 
-// opExecute runs one of the tool's allowed argv lists in a sandbox: args
-// {"argv"?} (the only command when omitted), matched exactly.
+// opExecute runs an argv that matches one of the tool's command patterns
+// in a sandbox: args {"argv"?} (the only command, when it is literal and
+// the call omits argv). See op_execute_pattern.go.
 var opExecute = Op{
 	Name:  api.OpExecute,
 	Hints: api.ToolHints{},
-	Keys: []string{"commands", "mounts", "cwd", "env", "timeout_ms", "memory_mb", "pids", "cpus",
+	Keys: []string{"commands", "examples", "mounts", "cwd", "env", "timeout_ms", "memory_mb", "pids", "cpus",
 		"seccomp", "pool", "pool_max", "max_open_files", "egress"},
+	// The one target is the argv: the arguments the commands' path
+	// elements could match, resolved beneath each element's roots.
+	Targets:  []Target{{Name: "argv", Resolve: ResolveArgs}},
 	Effects:  true,
 	Streams:  true,
 	validate: []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits, validateEgress},
@@ -55,39 +58,8 @@ var opExecute = Op{
 		a.Value = &ExecArgs{Argv: ea.Argv}
 		return true
 	},
-	decide: func(t *Tool, ix *toolIndex, req *Request) Decision {
-		ea, ok := argsOf[ExecArgs](req)
-		if !ok {
-			return deny(api.ReasonInternalError, ix.key)
-		}
-		argv := ea.Argv
-		if argv == nil {
-			if len(t.Commands) != 1 {
-				return deny(api.ReasonInvalidArgs, ix.key+".commands")
-			}
-			argv = t.Commands[0]
-		}
-		for i, c := range t.Commands {
-			if slices.Equal(c, argv) {
-				return allow(ix.commandKeys[i])
-			}
-		}
-		return deny(api.ReasonCommandNotAllowed, ix.key+".commands")
-	},
-	schema: func(t *Tool) map[string]any {
-		argv := map[string]any{
-			"type": "array", "items": map[string]any{"type": "string"},
-			"enum": t.Commands, "description": "One of the allowed command lines, exactly.",
-		}
-		s := map[string]any{
-			"type": "object", "additionalProperties": false,
-			"properties": map[string]any{"argv": argv},
-		}
-		if len(t.Commands) > 1 {
-			s["required"] = []string{"argv"}
-		}
-		return s
-	},
+	decide:   decideExecute,
+	schema:   schemaExecute,
 	describe: func(*Tool) string { return "Run one of the allowed commands in a sandbox." },
 	// An approver sees the argv (the tool's only command when the call
 	// gives none), quoted as a shell reads it back.
@@ -97,8 +69,8 @@ var opExecute = Op{
 			return
 		}
 		argv := ea.Argv
-		if argv == nil && len(t.Commands) == 1 {
-			argv = t.Commands[0]
+		if argv == nil {
+			argv, _ = t.OnlyCommand()
 		}
 		ch.Argv = argv
 		ch.Summary = append(ch.Summary, api.ChangeField{Label: "run", Value: QuoteArgv(argv)})
@@ -125,27 +97,6 @@ func noRoots(key string, t *Tool) error {
 	}
 	if t.Mode != "" || t.FileMode != "" {
 		return merr(key+".mode", "applies only to write tools; remove it")
-	}
-	return nil
-}
-
-func validateCommands(key string, t *Tool) error {
-	if len(t.Commands) == 0 {
-		return merr(key+".commands", "missing; list the allowed argv arrays, e.g. [[\"python3\",\"-m\",\"unittest\"]]")
-	}
-	for i, argv := range t.Commands {
-		k := fmt.Sprintf("%s.commands[%d]", key, i)
-		if len(argv) == 0 {
-			return merr(k, "is empty; an argv needs at least the program")
-		}
-		for j, a := range argv {
-			if strings.ContainsRune(a, 0) {
-				return merr(fmt.Sprintf("%s[%d]", k, j), "contains a NUL byte")
-			}
-		}
-		if argv[0] == "" {
-			return merr(k+"[0]", "the program is empty")
-		}
 	}
 	return nil
 }

@@ -150,10 +150,10 @@ func MoveChangesHidden(t *Tool, from, to *Resource, sub string) bool {
 	if from == nil || to == nil {
 		return true // fail closed
 	}
-	return NeverMatchResolved(t, from.Root, joinRel(from.Rel, sub)) != NeverMatchResolved(t, to.Root, joinRel(to.Rel, sub))
+	return NeverMatchResolved(t, from.Root, joinUnder(from.Rel, sub)) != NeverMatchResolved(t, to.Root, joinUnder(to.Rel, sub))
 }
 
-func joinRel(dir, sub string) string {
+func joinUnder(dir, sub string) string {
 	if dir == "" || dir == "." {
 		return sub
 	}

@@ -36,6 +36,9 @@ type execTool struct {
 	hide   func(int, string) bool
 	links  bool              // refuse hard-linked files (authz.Tool.RefusesHardLinks)
 	egress *netpolicy.Policy // nil: no network (see exec_egress.go)
+	// args are what its commands' path elements resolve arguments
+	// against (exec_args.go).
+	args argRoots
 }
 
 func (e *execTool) close() {
@@ -49,6 +52,7 @@ func (e *execTool) close() {
 		m.Source.Root.Close()
 	}
 	e.mounts = nil
+	e.args.close()
 }
 
 // start mounts the tool's view (it takes the mounts' roots) and fills in
@@ -158,6 +162,9 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 		spec.Env = append(spec.Env, k+"="+t.Env[k])
 	}
 	if err := e.prepareEgress(key, t); err != nil {
+		return fail(err)
+	}
+	if err := e.args.open(key, t, base, basePath, spec.Cwd); err != nil {
 		return fail(err)
 	}
 	spec.Limits = sandbox.Limits{
@@ -305,7 +312,7 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 		argv = ea.Argv
 	}
 	if argv == nil {
-		argv = c.tool.Commands[0]
+		argv, _ = c.tool.OnlyCommand() // Decide allowed it: there is one
 	}
 	var box *sandbox.Box
 	var createErr error

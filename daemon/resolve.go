@@ -24,6 +24,10 @@ func (c *call) resolve() {
 	c.areq.Resolved = make([][]authz.Resource, len(c.op.Targets))
 	for i := range c.op.Targets {
 		tg := &c.op.Targets[i]
+		if tg.Resolve == authz.ResolveArgs {
+			c.areq.Resolved[i] = c.resolveArgs()
+			continue
+		}
 		v := tg.Value(c.areq.Args)
 		if v == nil {
 			continue // authz denies it: a required arg is missing

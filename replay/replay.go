@@ -174,6 +174,13 @@ func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool
 	req.Resolved = make([][]authz.Resource, len(o.Targets))
 	for i := range o.Targets {
 		tg := &o.Targets[i]
+		if tg.Resolve == authz.ResolveArgs {
+			// An execute's arguments as the kernel resolved them beneath
+			// its path elements' roots: the decision matches them by
+			// argument and root (a record from before patterns has none).
+			req.Resolved[i] = recorded[i]
+			continue
+		}
 		v := tg.Value(a.Value)
 		if v == nil {
 			continue

@@ -156,3 +156,30 @@ func TestTamperedLedgerIsRefused(t *testing.T) {
 		t.Fatalf("tampered ledger: %v", err)
 	}
 }
+
+// TestPatternedDecisionReplays: an execute call allowed by a path element
+// replays from the resolutions its record keeps (the argument and the
+// root the kernel resolved it beneath): the same manifest flips nothing;
+// one whose element names another root flips it to command_not_allowed;
+// a record from before patterns (no resolutions) still replays.
+func TestPatternedDecisionReplays(t *testing.T) {
+	const patterned = `{"schema_version":1,
+	  "principals":{"agent":{"uids":[1000],"tools":["*"]}},
+	  "tools":{"pytest":{"operation":"execute","mounts":["ws"],"cwd":"ws",
+	    "commands":[["python3","-m","pytest",{"path":["ws/tests"]},"-k",{"regex":"[a-z_]+"}],["true"]]}}}`
+	argv := []string{"python3", "-m", "pytest", "tests/test_calc.py", "-k", "add"}
+	res := []authz.Resource{{Arg: 3, RootPath: "ws/tests", Outcome: authz.OutcomeOK, Kind: api.KindFile, Rel: "test_calc.py", Path: "/x/ws/tests/test_calc.py"}}
+	led := ledger(t, []call{
+		{"pytest", "allow", "allowed", map[string]any{"argv": argv}, res, 0},
+		{"pytest", "deny", "command_not_allowed", map[string]any{"argv": []string{"python3", "-m", "pytest", "../secret.txt", "-k", "add"}}, nil, 0},
+		{"pytest", "allow", "allowed", map[string]any{"argv": []string{"true"}}, nil, 0},
+	})
+	if rep := run(t, patterned, led); rep.Decisions != 3 || rep.Changed != 0 {
+		t.Fatalf("same manifest: %s: %+v", rep.Summary(), rep.Changes)
+	}
+	other := strings.Replace(patterned, `{"path":["ws/tests"]}`, `{"path":["ws/src"]}`, 1)
+	rep := run(t, other, led)
+	if rep.Changed != 1 || rep.Changes[0].CallID != "c-a" || rep.Changes[0].NewReason != api.ReasonCommandNotAllowed {
+		t.Fatalf("another root: %s: %+v", rep.Summary(), rep.Changes)
+	}
+}

@@ -25,6 +25,7 @@ TARGETS=(
   authz:FuzzNeverFolded
   authz:FuzzParseTOML
   authz:FuzzTOMLJSONTwins
+  authz:FuzzCommandPattern
   daemon:FuzzCallBody
   daemon:FuzzStreamEvents
   daemon:FuzzLoadMounts

@@ -320,6 +320,7 @@ var pipelineOffers = map[string]string{
 	"errMisplaced":             "the typed error for a file moved out of its root",
 	"links":                    "the hard-link check resolve uses",
 	"sha256Of":                 "the one spelling of a digest the wire and the ledger carry",
+	"relBeneath":               "how a resolved fd is named in a resource, as the kernel names it (execute's path arguments resolve as file tools' paths do)",
 	"meteredLedger.Append":     "the ledger (execute's connection records)",
 	"meteredLedger.Sync":       "the ledger",
 	"meteredLedger.AppendSync": "the ledger",

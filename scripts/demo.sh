@@ -56,7 +56,7 @@ step() {
   if [ -n "$out" ] && [ "$n" -gt 8 ]; then echo "  | … ($n lines)"; fi
   { grep -v '^sluice: ' "$tmp/err" || true; } | sed '/^$/d' | tail -n 6 | sed 's/^/  ! /'
   case $code in
-    0) echo "=> allow: allowed$(grep -q truncated "$tmp/err" && echo ' (output truncated at max_bytes, flagged)')";;
+    0) echo "=> allow: allowed$(grep -q truncated "$tmp/err" && echo ' (output cut, flagged truncated)')";;
     1) echo "=> allow, but it failed: $(sed -n 's/^sluice: \(failed: \)\{0,1\}//p' "$tmp/err" | tail -n 1)";;
     3) echo "=> deny: $(sed -n 's/^sluice: denied: //p' "$tmp/err")";;
     *) echo "=> exit $code: $(cat "$tmp/err")";;
@@ -85,7 +85,9 @@ step "a write through a symlink (notes.txt -> ../secret.txt)" write_file '{"path
 step "a write to a never-listed name" write_file '{"path":"workspace/src/.env","content":"x"}'
 
 bold "== the file tools agents use: ranged reads, deep lists, stat, search, edit, mkdir, move"
-step "read two lines (offset/limit): the result carries size and next_offset" read_file '{"path":"workspace/src/calc.py","offset":4,"limit":2}' --json
+step "read two lines (offset/limit)" read_file '{"path":"workspace/src/calc.py","offset":4,"limit":2}'
+echo "  (the result says $(agent call read_file --json --args '{"path":"workspace/src/calc.py","offset":4,"limit":2}' |
+  sed -n 's/^ *"\(size\|next_offset\|truncated\)": \([0-9a-z]*\).*/\1 \2/p' | paste -sd, | sed 's/,/, /g'))"
 step "the last 3 lines of a 22 KiB log (tail)" read_file '{"path":"workspace/src/big_log.txt","tail":3}'
 step "list two levels deep (private/ and .env stay hidden at every level)" list_dir '{"path":"workspace/src","depth":2}'
 step "stat a file: type, size, mode, mtime, sha256" stat_file '{"path":"workspace/src/calc.py"}'
@@ -102,6 +104,10 @@ step "a move never replaces: onto calc.py" move_source '{"path":"workspace/src/d
 
 bold "== execute tools run in a sandbox: read-only mounts, no network, seccomp, limits"
 step "run the project's unit tests (a warm container; .env does not exist inside)" run_tests '{}'
+step "a patterned command: one test file, only the tests matching -k" run_test_file \
+  '{"argv":["python3","-m","unittest","-v","-k","add","tests/test_calc.py"]}'
+step "the same pattern with a file outside its path roots (../secret.txt)" run_test_file \
+  '{"argv":["python3","-m","unittest","-v","../secret.txt"]}'
 step "the same tool with a command the manifest does not list" run_tests '{"argv":["sh","-c","cat src/.env"]}'
 step "a tool that tries to reach the network" fetch_status '{}'
 step "a command that prints 50 MB into a 2 KiB cap" noisy '{}'

@@ -53,7 +53,13 @@ func parkFixture(t *testing.T) (base, manifest string) {
 	           "ask_delete":{"operation":"delete","roots":["workspace/src"],"approval":"human"},
 	           "ask_run":{"operation":"execute","commands":[["echo","hi"]],"approval":"human","pool":0},
 	           "ask_fetch":{"operation":"fetch","hosts":["localhost:9"],"schemes":["http"],"insecure_allow_private":true,"approval":"human"},
-	           "ask_post":{"operation":"post","webhooks":["http://localhost:9/hooks/*"],"schemes":["http"],"insecure_allow_private":true,"approval":"human"}}}`)
+	           "ask_post":{"operation":"post","webhooks":["http://localhost:9/hooks/*"],"schemes":["http"],"insecure_allow_private":true,"approval":"human"},
+	           "ask_list":{"operation":"list","roots":["workspace/src"],"approval":"human"},
+	           "ask_stat":{"operation":"stat","roots":["workspace/src"],"approval":"human"},
+	           "ask_search":{"operation":"search","roots":["workspace/src"],"approval":"human"},
+	           "ask_edit":{"operation":"edit","roots":["workspace/src"],"approval":"human"},
+	           "ask_move":{"operation":"move","roots":["workspace/src"],"approval":"human"},
+	           "ask_mkdir":{"operation":"mkdir","roots":["workspace/src"],"approval":"human"}}}`)
 	return base, manifest
 }
 
@@ -529,10 +535,42 @@ var approvalScreenCases = []struct {
 		want: []string{") would fetch:\n", "  method: GET\n", "  url: http://localhost:9/x?token=abc&q=SLUICE-SECRET-7f3a\n"}},
 	{name: "execute: the argv", tool: "ask_run", kind: api.OpExecute,
 		args: map[string]any{"argv": []string{"echo", "hi"}}, want: []string{") would execute:\n", "  run: echo hi\n"}},
+	{name: "list: the path and the depth", tool: "ask_list", kind: api.OpList,
+		args: map[string]any{"path": "workspace/src", "depth": 2},
+		want: []string{") would list:\n", "  path: workspace/src\n", "  depth: 2\n"}},
+	{name: "stat: the path", tool: "ask_stat", kind: api.OpStat,
+		args: map[string]any{"path": "workspace/src/a.py"}, want: []string{") would stat:\n", "  path: workspace/src/a.py\n"}},
+	{name: "search: the path, the name glob and the regex", tool: "ask_search", kind: api.OpSearch,
+		args: map[string]any{"path": "workspace/src", "name": "*.py", "content": `print\(`},
+		want: []string{") would search:\n", "  path: workspace/src\n", "  name: *.py\n", "  content: print\\(\n"}},
+	{name: "edit: the path, the count of edits, the file now and the diff", tool: "ask_edit", kind: api.OpEdit,
+		args: map[string]any{"path": "workspace/src/a.py", "edits": []map[string]string{{"old_text": "print(1)", "new_text": "print(2)"}}},
+		want: []string{") would edit:\n", "  path: workspace/src/a.py\n", "  edits: 1\n", "  current: 9 bytes, sha256:", "-print(1)\n", "+print(2)\n"}},
+	{name: "move: both ends", tool: "ask_move", kind: api.OpMove,
+		args: map[string]any{"path": "workspace/src/a.py", "to": "workspace/src/b.py"},
+		want: []string{") would move:\n", "  path: workspace/src/a.py\n", "  to: workspace/src/b.py\n"}},
+	{name: "mkdir: the path and parents", tool: "ask_mkdir", kind: api.OpMkdir,
+		args: map[string]any{"path": "workspace/src/d/e", "parents": true},
+		want: []string{") would mkdir:\n", "  path: workspace/src/d/e\n", "  parents: true\n"}},
 	{name: "read: the path; the task's bidi override escaped", tool: "ask_read", kind: api.OpRead, task: "t\u202e1",
 		args: map[string]any{"path": "workspace/src/a.py"},
 		want: []string{") would read:\n", "  path: workspace/src/a.py\n", "t\\u202e1",
 			"  ! this change contains 1 control/invisible character, shown escaped\n"}},
+}
+
+// TestApprovalScreenEveryOperation: each operation sluiced knows has a
+// row above, so a new operation cannot ship without its approval screen
+// shown by the built CLI.
+func TestApprovalScreenEveryOperation(t *testing.T) {
+	rows := map[api.Operation]bool{}
+	for _, c := range approvalScreenCases {
+		rows[c.kind] = true
+	}
+	for name := range operations {
+		if !rows[name] {
+			t.Errorf("no approvalScreenCases row for %s", name)
+		}
+	}
 }
 
 // TestApprovalScreen parks each row's call over the socket and runs
@@ -566,7 +604,7 @@ func TestApprovalScreen(t *testing.T) {
 			if ch.Kind != c.kind || ch.HiddenChars != c.hidden {
 				t.Errorf("the listed change: kind %q, hidden_chars %d; want kind %s, hidden_chars %d", ch.Kind, ch.HiddenChars, c.kind, c.hidden)
 			}
-			if c.kind != api.OpWrite && ch.New != nil {
+			if c.kind != api.OpWrite && c.kind != api.OpEdit && ch.New != nil {
 				t.Errorf("a %s's change claims new content: %+v", c.kind, ch.New)
 			}
 			out, err := exec.Command(cli, "--socket", h.socket, "approvals").CombinedOutput()

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -34,16 +35,35 @@ func filterOf(pid int) ([]byte, error) {
 	if err := unix.PtraceInterrupt(pid); err != nil {
 		return nil, fmt.Errorf("ptrace interrupt: %w", err)
 	}
+	// The interrupt stop is reported (with a SIGCHLD to us) once the
+	// tracee is back on its way to user space; one that never comes (a
+	// tracee stuck in the kernel) fails the test with where it is,
+	// instead of hanging the suite.
 	var ws unix.WaitStatus
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+	defer signal.Stop(chld)
+	timeout := time.NewTimer(30 * time.Second)
+	defer timeout.Stop()
 	for {
-		_, err := unix.Wait4(pid, &ws, unix.WALL, nil)
+		got, err := unix.Wait4(pid, &ws, unix.WALL|unix.WNOHANG, nil)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("wait for ptrace stop: %w", err)
 		}
-		break
+		if got == pid {
+			break
+		}
+		select {
+		case <-chld:
+		case <-timeout.C:
+			stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			wchan, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/wchan")
+			stack, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stack")
+			return nil, fmt.Errorf("process %d reported no ptrace stop in 30 s: stat %q, wchan %q, stack:\n%s", pid, stat, wchan, stack)
+		}
 	}
 	if !ws.Stopped() {
 		return nil, fmt.Errorf("process %d did not stop: %v", pid, ws)

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		defer os.RemoveAll(dir)
-		cmd := exec.Command("go", "build", "-tags", "seccomp", "-o", dir+"/", "../cmd/sluiced", "../cmd/sluice")
+		cmd := exec.Command("go", "build", "-tags", "seccomp", "-o", dir+"/", "../cmd/sluiced", "../cmd/sluice", "../cmd/sluice-init")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)

@@ -154,9 +154,9 @@ func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
 
 // NewRunnerWith prepares dir (created 0700), checks the helper binary,
 // checks and seals the init binary (sealInit), and reads the host's
-// account files: an id of the range that a host user or
-// group (or an /etc/subuid or /etc/subgid entry) has is never handed out,
-// and a range mostly taken that way is refused.
+// account files: an id of the range that a host user or group (or an
+// /etc/subuid or /etc/subgid entry) has is never handed out, and a range
+// mostly taken that way is refused.
 func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: sluiced must run as root to create containers with cgroup limits", ErrNotSupported)
@@ -200,9 +200,9 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 			initFile.Close()
 		}
 	}()
-	r := &Runner{dir: dir, helper: helper, init: initFile, start: (*libcontainer.Container).Run, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir),
-		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}, fillSlots: make(chan struct{}, fillWorkers()),
-		noSeccompExport: noExport, helperStatus: status}
+	r := &Runner{dir: dir, helper: helper, init: initFile, start: (*libcontainer.Container).Run, log: log,
+		prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir), cgroups: opts.Cgroups, etcMade: map[uint32]bool{},
+		fillSlots: make(chan struct{}, fillWorkers()), noSeccompExport: noExport, helperStatus: status}
 	if r.ids, err = newIDAlloc(rng, host, r.lookupHostID); err != nil {
 		return nil, err
 	}
@@ -472,8 +472,8 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	// (internal/inithandoff); the helper and the command find no fd 3.
 	extra := []*os.File{r.init}
 	if prog, flags := r.seccompProgram(spec); prog != nil {
-		// The helper loads it from fd 3, with flags, before it reads the
-		// argv.
+		// The helper loads it from this fd (4), with flags, before it
+		// reads the argv.
 		pr, pw, err := os.Pipe()
 		if err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ all: build
 help:
 	@echo "make demo   - build, start sluiced on the example, run a scripted agent session, verify the audit"
 	@echo "make test   - the whole suite as root: vet, unit, e2e over the real socket, race, fuzz"
-	@echo "make build  - bin/sluiced and bin/sluice"
+	@echo "make build  - bin/sluiced, bin/sluice, bin/sluice-init (every container's init) and bin/sluice-helper"
 	@echo "make fuzz   - every fuzz target for FUZZTIME (default 10m) each; saves new corpus entries to testdata/fuzz to commit"
 	@echo "make vagrant-e2e - a Debian 12 VM (libvirt): install.sh, the socket-activated service, the e2e suite against it; destroyed after"
 	@echo "make bench  - benchmarks against the transport, durability and spawn floors (prints ratios)"
@@ -23,7 +23,7 @@ deps:
 	@scripts/deps.sh
 
 build: deps bin/sluice-helper
-	$(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/sluiced ./cmd/sluice
+	$(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/sluiced ./cmd/sluice ./cmd/sluice-init
 
 # The static helper that waits inside pooled containers for the argv.
 bin/sluice-helper: sandbox/helper/helper.c

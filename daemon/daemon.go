@@ -76,6 +76,10 @@ type Config struct {
 	// Helper is the sluice-helper binary that waits in pooled containers
 	// (default: sluice-helper beside the sluiced executable).
 	Helper string
+	// Init is the sluice-init binary every container's init runs, checked
+	// and sealed at start (default: sluice-init beside Helper; see
+	// sandbox.Options.Init).
+	Init string
 	// ResolveMode selects the path resolver (tests force the fallback).
 	ResolveMode securefs.Mode
 	// WarmTimeout bounds how long start waits for the warm pools' first
@@ -465,7 +469,7 @@ func (d *Daemon) getRunner() (*sandbox.Runner, error) {
 	if d.runner != nil {
 		return d.runner, nil
 	}
-	r, err := sandbox.NewRunnerWith(d.cfg.RunDir, d.cfg.Helper, d.log, sandbox.Options{IDs: d.cfg.UIDRange, Cgroups: d.cgroups})
+	r, err := sandbox.NewRunnerWith(d.cfg.RunDir, d.cfg.Helper, d.log, sandbox.Options{IDs: d.cfg.UIDRange, Cgroups: d.cgroups, Init: d.cfg.Init})
 	if err != nil {
 		return nil, err // not latched: a later reload may succeed
 	}

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		defer os.RemoveAll(dir)
-		cmd := exec.Command("go", "build", "-tags", "seccomp", "-o", dir+"/", "../cmd/sluiced", "../cmd/sluice")
+		cmd := exec.Command("go", "build", "-tags", "seccomp", "-o", dir+"/", "../cmd/sluiced", "../cmd/sluice", "../cmd/sluice-init")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "build binaries: %v\n%s", err, out)
@@ -454,6 +454,11 @@ func TestBadStart(t *testing.T) {
 		{[]string{}, "Usage"},
 		{[]string{"--manifest", filepath.Join(dir, "none.json")}, "no such file"},
 		{[]string{"--manifest", writeFile(t, dir, "bad.json", `{"schema_version":1,"tools":{"r":{"operation":"read","roots":["../x"]}}}`)}, "tools.r.roots[0]"},
+		// Every container's init runs as root: one others may write
+		// is refused at start (docs/sandbox.md "CVE-2019-5736").
+		{[]string{"--manifest", writeFile(t, dir, "exec.json", `{"schema_version":1,"tools":{"t":{"operation":"execute","commands":[["/bin/true"]]}}}`),
+			"--init", worldWritable(t, filepath.Join(binDir, "sluice-init"), filepath.Join(dir, "sluice-init")), "--run-dir", filepath.Join(dir, "run")},
+			"is writable by group or others"},
 	} {
 		cmd := exec.Command(filepath.Join(binDir, "sluiced"), append(tc.args, "--socket", filepath.Join(dir, "s"), "--state-dir", dir)...)
 		out, err := cmd.CombinedOutput()
@@ -461,6 +466,15 @@ func TestBadStart(t *testing.T) {
 			t.Errorf("sluiced %v: %v %s", tc.args, err, out)
 		}
 	}
+}
+
+// worldWritable copies src to dst, mode 0757.
+func worldWritable(t *testing.T, src, dst string) string {
+	b, err := os.ReadFile(src)
+	testutil.Must(t, err)
+	testutil.Must(t, os.WriteFile(dst, b, 0o700))
+	testutil.Must(t, os.Chmod(dst, 0o757))
+	return dst
 }
 
 func writeFile(t *testing.T, dir, name, body string) string {

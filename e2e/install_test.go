@@ -73,6 +73,7 @@ func TestInstallScript(t *testing.T) {
 		"/usr/local/bin/sluiced":                   0o755,
 		"/usr/local/bin/sluice":                    0o755,
 		"/usr/local/bin/sluice-helper":             0o755,
+		"/usr/local/bin/sluice-init":               0o755,
 		"/usr/local/share":                         fs.ModeDir | 0o755,
 		"/usr/local/share/doc":                     fs.ModeDir | 0o755,
 		"/usr/local/share/doc/sluice":              fs.ModeDir | 0o755,
@@ -109,7 +110,7 @@ func TestInstallScript(t *testing.T) {
 	if describe(got) != describe(want) {
 		t.Fatalf("installed tree:\n%s\n\nwant:\n%s\n\noutput:\n%s", describe(got), describe(want), out)
 	}
-	for _, b := range []string{"sluiced", "sluice", "sluice-helper"} {
+	for _, b := range []string{"sluiced", "sluice", "sluice-init", "sluice-helper"} {
 		a, err := os.ReadFile(filepath.Join(binDir, b))
 		testutil.Must(t, err)
 		i, err := os.ReadFile(filepath.Join(dest, "usr/local/bin", b))

@@ -218,6 +218,10 @@ func (r *Runner) Close() {
 		unix.Unmount(r.stateDir(), unix.MNT_DETACH)
 		r.ownsStateMount = false
 	}
+	if r.init != nil {
+		r.init.Close()
+		r.init = nil
+	}
 }
 
 // killAndDestroy kills a loaded container's processes, waits until it has

@@ -4,39 +4,22 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/opencontainers/runc/libcontainer"
-	// nsenter's C constructor joins the container's namespaces before the
-	// Go runtime starts in a container's init process; it must be linked
-	// into the daemon binary.
-	_ "github.com/opencontainers/runc/libcontainer/nsenter"
-
-	"github.com/sluicehq/sluice/internal/timerslack"
+	// A container's init is never this binary: its C constructor hands
+	// the process to sluice-init (cmd/sluice-init) before the Go runtime
+	// starts, or exits (docs/sandbox.md "CVE-2019-5736").
+	_ "github.com/sluicehq/sluice/internal/inithandoff"
 )
 
-// InitArg is the argument libcontainer re-executes the daemon binary with
-// to become a container's init.
-const InitArg = "init"
-
-// MaybeInit turns this process into a container's init when it was started
-// as one, and never returns in that case. This package's own init() calls
-// it, so a container's init runs only the package inits this package
-// depends on (Go initializes a package right after its imports, and this
-// one imports none of the daemon's HTTP, metrics or audit packages):
-// prometheus' client, expfmt, promhttp and the daemon's own inits (a third
-// of the package-init time: GODEBUG=inittrace=1 sluiced init) are never
-// run there. sluiced also calls it from an init() before any flag parsing.
-// The package inits this package does depend on still run in each
-// container's init, so they must stay cheap.
+// MaybeInit turns this process into the seccomp exporter when it was
+// started as one (see exportSeccomp), and never returns in that case.
+// This package's own init() calls it, so the exporter runs only the
+// package inits this package depends on; sluiced also calls it from an
+// init() before any flag parsing.
+//
+// A container's init is not started here: libcontainer re-executes this
+// binary as "ARGV0 init", and internal/inithandoff's constructor execs
+// sluice-init before any Go code runs.
 func MaybeInit() {
-	if len(os.Args) > 1 && os.Args[1] == InitArg {
-		// sluiced's threads run with a larger timer slack, which a
-		// process keeps across exec: the helper, and so the command,
-		// get the kernel's default from this (locked, main) thread,
-		// which execs the helper. Failing that they run with
-		// sluiced's; nothing depends on it.
-		_ = timerslack.ResetThread()
-		libcontainer.Init()
-	}
 	if len(os.Args) > 1 && os.Args[1] == seccompExportArg {
 		seccompExportChild()
 	}

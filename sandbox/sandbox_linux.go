@@ -96,9 +96,15 @@ const ContainerUser = "sluice"
 type Runner struct {
 	dir    string
 	helper string
-	log    *slog.Logger
-	seq    atomic.Uint64
-	bg     sync.WaitGroup // background destroys
+	// init is the sealed copy of sluice-init that every container's
+	// init process runs (sealInit, internal/inithandoff).
+	init *os.File
+	// start starts a created container's init and its helper: c.Run;
+	// tests stop between the two.
+	start func(c *libcontainer.Container, p *libcontainer.Process) error
+	log   *slog.Logger
+	seq   atomic.Uint64
+	bg    sync.WaitGroup // background destroys
 
 	ids       *idAlloc
 	etcCommon map[string][]byte // what every /etc copies from the host's
@@ -135,6 +141,10 @@ type Options struct {
 	// Cgroups is where containers' cgroups go: the result of SetupCgroups,
 	// computed once at start (zero: outside systemd, /sluice/...).
 	Cgroups CgroupLayout
+	// Init is the sluice-init binary every container's init runs
+	// (empty: InitName beside the helper). It must be root's and
+	// writable by no one else: see sealInit.
+	Init string
 }
 
 // NewRunner is NewRunnerWith with the default Options.
@@ -142,10 +152,11 @@ func NewRunner(dir, helper string, log *slog.Logger) (*Runner, error) {
 	return NewRunnerWith(dir, helper, log, Options{})
 }
 
-// NewRunnerWith prepares dir (created 0700), checks the helper binary, and
-// reads the host's account files: an id of the range that a host user or
-// group (or an /etc/subuid or /etc/subgid entry) has is never handed out,
-// and a range mostly taken that way is refused.
+// NewRunnerWith prepares dir (created 0700), checks the helper binary,
+// checks and seals the init binary (sealInit), and reads the host's
+// account files: an id of the range that a host user or group (or an
+// /etc/subuid or /etc/subgid entry) has is never handed out, and a range
+// mostly taken that way is refused.
 func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: sluiced must run as root to create containers with cgroup limits", ErrNotSupported)
@@ -174,9 +185,24 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{dir: dir, helper: helper, log: log, prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir),
-		cgroups: opts.Cgroups, etcMade: map[uint32]bool{}, fillSlots: make(chan struct{}, fillWorkers()),
-		noSeccompExport: noExport, helperStatus: status}
+	initPath := opts.Init
+	if initPath == "" {
+		initPath = filepath.Join(filepath.Dir(helper), InitName)
+	}
+	initFile, err := sealInit(initPath)
+	if err != nil {
+		return nil, err
+	}
+	// Until the Runner is returned, a failure closes it; after, Close.
+	ok := false
+	defer func() {
+		if !ok {
+			initFile.Close()
+		}
+	}()
+	r := &Runner{dir: dir, helper: helper, init: initFile, start: (*libcontainer.Container).Run, log: log,
+		prefix: "s" + strconv.Itoa(os.Getpid()), scope: scopeOf(dir), cgroups: opts.Cgroups, etcMade: map[uint32]bool{},
+		fillSlots: make(chan struct{}, fillWorkers()), noSeccompExport: noExport, helperStatus: status}
 	if r.ids, err = newIDAlloc(rng, host, r.lookupHostID); err != nil {
 		return nil, err
 	}
@@ -217,6 +243,7 @@ func NewRunnerWith(dir, helper string, log *slog.Logger, opts Options) (*Runner,
 		return nil, fmt.Errorf("prepare /etc: %w", err)
 	}
 	r.etcCommon = readEtcCommon()
+	ok = true
 	return r, nil
 }
 
@@ -441,10 +468,12 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	}
 	cfg := r.config(spec, id, rootfs, etc)
 	args := []string{helperInside}
-	var extra []*os.File
+	// fd 3 of the init process is sluice-init, which it becomes at once
+	// (internal/inithandoff); the helper and the command find no fd 3.
+	extra := []*os.File{r.init}
 	if prog, flags := r.seccompProgram(spec); prog != nil {
-		// The helper loads it from fd 3, with flags, before it reads the
-		// argv.
+		// The helper loads it from this fd (4), with flags, before it
+		// reads the argv.
 		pr, pw, err := os.Pipe()
 		if err != nil {
 			return nil, err
@@ -458,8 +487,8 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 			return nil, fmt.Errorf("seccomp program: %w", err)
 		}
 		cfg.Seccomp = nil
-		args = append(args, "3", strconv.FormatUint(uint64(flags), 10))
 		extra = append(extra, pr)
+		args = append(args, strconv.Itoa(3+len(extra)-1), strconv.FormatUint(uint64(flags), 10))
 	}
 	var statusR *os.File
 	if r.helperStatus {
@@ -508,7 +537,7 @@ func (r *Runner) Create(spec *Spec) (_ *Box, retErr error) {
 	// v1.5.3 leaves one goroutine blocked on its exec fifo forever: the
 	// channel it would report on is never read again. Nothing here can
 	// release it.
-	if err := c.Run(b.proc); err != nil {
+	if err := r.start(c, b.proc); err != nil {
 		return nil, fmt.Errorf("start container: %w", err)
 	}
 	if st, err := c.State(); err == nil {

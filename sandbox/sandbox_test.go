@@ -17,7 +17,8 @@ import (
 	"github.com/sluicehq/sluice/profiles"
 )
 
-// The test binary is re-executed as each container's init.
+// The test binary is re-executed to compile seccomp profiles; as a
+// container's init it hands over to sluice-init (internal/inithandoff).
 func init() { MaybeInit() }
 
 func TestMain(m *testing.M) { testutil.Main(m) }

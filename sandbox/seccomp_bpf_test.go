@@ -210,7 +210,7 @@ func TestOldHelperNoExport(t *testing.T) {
 	if err := os.WriteFile(old, []byte("#!/bin/sh\nexec cat >/dev/null\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRunnerWith(t.TempDir(), old, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	r, err := NewRunnerWith(t.TempDir(), old, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Init: builtInit(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

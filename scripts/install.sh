@@ -5,7 +5,7 @@
 #   scripts/install.sh --uninstall [--prefix DIR]   remove binaries and units
 #
 # --prefix  where binaries and the README go (default /usr/local: bin/, share/doc/sluice/)
-# --bin     take sluiced, sluice and sluice-helper from DIR (default: bin/,
+# --bin     take sluiced, sluice, sluice-init and sluice-helper from DIR (default: bin/,
 #           built with 'make build' first when any is missing)
 # DESTDIR=  install into that directory instead of / (for packaging and
 #           tests): nothing outside it is touched; no group is made and
@@ -86,7 +86,7 @@ remove() {
   fi
 }
 
-bins=(sluiced sluice sluice-helper)
+bins=(sluiced sluice sluice-init sluice-helper)
 units=(sluiced.socket sluiced.service)
 
 if $uninstall; then

@@ -35,7 +35,7 @@ if [ "${1:-}" = --inside ]; then
 fi
 
 if [ "$(id -u)" != 0 ]; then echo "unitsim: run as root" >&2; exit 1; fi
-[ -x bin/sluice-helper ] || make build
+[ -x bin/sluice-helper ] && [ -x bin/sluice-init ] || make build
 mkdir -p bin/unitsim.d
 go build -o bin/unitsim.d/unitsim ./scripts/unitsim
 for p in sandbox daemon; do go test -c -tags seccomp -o "bin/unitsim.d/$p.test" "./$p/"; done

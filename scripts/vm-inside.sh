@@ -77,7 +77,7 @@ lap "make build"
 step "scripts/install.sh"
 scripts/install.sh | tee /tmp/install1.log
 grep -q '^install: installed /usr/local/bin/sluiced$' /tmp/install1.log || fail "install.sh did not install sluiced"
-for f in /usr/local/bin/sluiced /usr/local/bin/sluice /usr/local/bin/sluice-helper /etc/systemd/system/sluiced.service \
+for f in /usr/local/bin/sluiced /usr/local/bin/sluice /usr/local/bin/sluice-helper /usr/local/bin/sluice-init /etc/systemd/system/sluiced.service \
   /etc/systemd/system/sluiced.socket /etc/tmpfiles.d/sluice.conf "$MANIFEST"; do
   [ -e "$f" ] || fail "install.sh did not make $f"
 done
@@ -150,7 +150,7 @@ lap "reload"
 step "upgrade and roll back (docs/operating.md \"Upgrade and rollback\")"
 # A "new release": the same binaries with bytes appended (an ELF runs as
 # before with trailing data), so install.sh sees them differ.
-rm -rf /tmp/newbin && mkdir /tmp/newbin && cp bin/sluiced bin/sluice bin/sluice-helper /tmp/newbin/
+rm -rf /tmp/newbin && mkdir /tmp/newbin && cp bin/sluiced bin/sluice bin/sluice-helper bin/sluice-init /tmp/newbin/
 printf 'upgrade' >>/tmp/newbin/sluiced
 scripts/install.sh --bin /tmp/newbin | tee /tmp/upgrade.log | grep -E 'updated|running the previous'
 grep -q '^install: updated /usr/local/bin/sluiced$' /tmp/upgrade.log || fail "install.sh --bin did not update sluiced"
@@ -298,7 +298,7 @@ lap "restart and stop"
 
 step "scripts/install.sh --uninstall"
 scripts/install.sh --uninstall
-for f in /usr/local/bin/sluiced /usr/local/bin/sluice /usr/local/bin/sluice-helper /etc/systemd/system/sluiced.service \
+for f in /usr/local/bin/sluiced /usr/local/bin/sluice /usr/local/bin/sluice-helper /usr/local/bin/sluice-init /etc/systemd/system/sluiced.service \
   /etc/systemd/system/sluiced.socket /etc/tmpfiles.d/sluice.conf; do
   [ ! -e "$f" ] || fail "--uninstall left $f"
 done

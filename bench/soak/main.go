@@ -84,7 +84,7 @@ func envStr(name, def string) string {
 }
 
 func main() {
-	flag.StringVar(&binDir, "bin", "bin", "directory holding sluiced, sluice and sluice-helper")
+	flag.StringVar(&binDir, "bin", "bin", "directory holding sluiced, sluice, sluice-helper and sluice-init")
 	flag.IntVar(&nCalls, "calls", envInt("SOAK_CALLS", 10000), "row 1: mixed calls in all ($SOAK_CALLS)")
 	flag.IntVar(&nClients, "clients", envInt("SOAK_CLIENTS", 8), "rows 1 and 4: concurrent clients ($SOAK_CLIENTS)")
 	flag.IntVar(&nInflight, "inflight", envInt("SOAK_INFLIGHT", 50), "row 2: calls in flight when sluiced is killed ($SOAK_INFLIGHT)")
@@ -106,7 +106,7 @@ func main() {
 		fatal(err)
 	}
 	binDir = abs
-	for _, b := range []string{"sluiced", "sluice", "sluice-helper"} {
+	for _, b := range []string{"sluiced", "sluice", "sluice-helper", "sluice-init"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			fmt.Fprintf(os.Stderr, "soak: %v (make build first)\n", err)
 			os.Exit(2)

@@ -17,8 +17,8 @@ import (
 	"github.com/sluicehq/sluice/sandbox"
 )
 
-// A container's init is this same binary re-executed as "sluiced init":
-// catch it before flags are parsed.
+// sandbox re-executes this binary to compile seccomp profiles: catch it
+// before flags are parsed. (A container's init is sluice-init: --init.)
 func init() { sandbox.MaybeInit() }
 
 func main() {
@@ -28,7 +28,7 @@ func main() {
 		fmt.Fprintf(fs.Output(), `sluiced — authorizes AI agents' tool calls, runs them contained, audits them.
 
 Usage: sluiced --manifest FILE [--socket PATH] [--state-dir DIR] [--run-dir DIR]
-               [--helper PATH] [--uid-range START-END] [--max-containers N]
+               [--helper PATH] [--init PATH] [--uid-range START-END] [--max-containers N]
                [--queue-timeout D] [--max-conns-per-uid N] [--max-parked N]
                [--shutdown-grace D]
                [--task-ttl D] [--warm-timeout D] [--metrics-listen ADDR]
@@ -66,6 +66,7 @@ Flags:
 	fs.StringVar(&cfg.StateDir, "state-dir", daemon.DefaultStateDir, "state directory; the audit ledger is STATE_DIR/audit.jsonl")
 	fs.StringVar(&cfg.RunDir, "run-dir", daemon.DefaultRunDir, "sandbox run directory: container state, rootfs dirs, a minimal /etc per container uid")
 	fs.StringVar(&cfg.Helper, "helper", "", "sluice-helper binary for execute tools (default: beside sluiced)")
+	fs.StringVar(&cfg.Init, "init", "", "sluice-init binary, every container's init: root's, writable by no one else, through root-owned directories (default: beside the helper)")
 	fs.IntVar(&cfg.MaxContainers, "max-containers", daemon.DefaultMaxContainers(), "containers running commands at once; 4 per CPU by default")
 	fs.DurationVar(&cfg.QueueTimeout, "queue-timeout", daemon.DefaultQueueTimeout, "how long an execute call over --max-containers waits before it ends busy")
 	fs.IntVar(&cfg.MaxParked, "max-parked", daemon.DefaultMaxParked, "calls one principal may have waiting for approval at once; beyond it a call is denied busy")

@@ -115,6 +115,18 @@ func forbidden(pkg, imp string) string {
 		if ours && local != "api" && local != "client" {
 			return "sluice mcp is only a client of the socket: api and client"
 		}
+	case "cmd/sluice-init":
+		// Every container's init: libcontainer's init and nothing of
+		// the daemon's (docs/sandbox.md "CVE-2019-5736"). Never
+		// internal/inithandoff, whose constructor would refuse it.
+		if (ours && local != "internal/timerslack") ||
+			(thirdParty && imp != "github.com/opencontainers/runc/libcontainer" && imp != "github.com/opencontainers/runc/libcontainer/nsenter") {
+			return pkg + " is the container's init: libcontainer, its nsenter, internal/timerslack and the standard library only"
+		}
+	case "internal/inithandoff":
+		if imp != "C" {
+			return pkg + " is a C constructor: it imports nothing"
+		}
 	case "daemon", "sandbox":
 		if strings.HasPrefix(local, "cmd/") {
 			return "imports flow down: cmd -> daemon -> {authz, sandbox, audit} -> internal"

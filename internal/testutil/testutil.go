@@ -241,18 +241,43 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
-// Helper returns the path of a built sluice-helper: $SLUICE_BIN_DIR's when
-// it has one (make test builds it), else one compiled with gcc once per
-// test binary.
+// Helper returns the path of a built sluice-helper with sluice-init
+// beside it (where sandbox looks for the container's init by default):
+// $SLUICE_BIN_DIR's when it has both (make test builds them), else both
+// built once per test binary, the helper with gcc and sluice-init with
+// go build, in a root-owned directory of /tmp.
 func Helper(t testing.TB) string {
 	t.Helper()
 	if d := os.Getenv("SLUICE_BIN_DIR"); d != "" {
-		if p := filepath.Join(d, "sluice-helper"); fileExists(p) {
+		p := filepath.Join(d, "sluice-helper")
+		if fileExists(p) && fileExists(filepath.Join(d, "sluice-init")) {
 			return p
 		}
 	}
-	return helper.build(t)
+	p := helper.build(t)
+	buildInit.Do(func() {
+		root, err := repoRoot()
+		if err != nil {
+			initErr = err
+			return
+		}
+		cmd := exec.Command("go", "build", "-tags", "seccomp", "-o", filepath.Join(filepath.Dir(p), "sluice-init"), "./cmd/sluice-init")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			initErr = fmt.Errorf("go build sluice-init: %v: %s", err, out)
+		}
+	})
+	if initErr != nil {
+		t.Fatal(initErr)
+	}
+	return p
 }
+
+var (
+	buildInit sync.Once
+	initErr   error
+)
 
 // Probe returns the path of the escape-probe program
 // (sandbox/testdata/probe.c), compiled static once per test binary. It

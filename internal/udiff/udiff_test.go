@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// TestUnified checks the diff against what diff -u writes (the rows of
-// daemon's TestUnifiedDiff, whose algorithm this is).
-func TestUnified(t *testing.T) {
+// TestUnifiedDiff checks the diff against what diff -u writes.
+// docs/security.md, "The second review (Hardening II)", "Found by reading"
+func TestUnifiedDiff(t *testing.T) {
 	for _, c := range []struct{ old, new, want string }{
 		{"a\nb\nc\n", "a\nb\nc\n", "--- a/f\n+++ b/f\n"},
 		{"a\n", "a", "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+a\n\\ No newline at end of file\n"},

@@ -223,6 +223,14 @@ type Daemon struct {
 	approvals *approvals       // calls waiting for a human
 	events    *transport.Hub   // followers of GET /v1/events
 	locks     fileop.Locks
+	// moves keeps an agent's moves from racing its own walks: a move holds
+	// it exclusively from its checks through its rename, a list or search
+	// shared from its check that its directory is still where the
+	// decision saw it through its walk. So no path beneath a walk changes
+	// under it by a call, and a move's walk of a directory's entries sees
+	// the tree its rename changes (docs/security.md, "what sluice itself
+	// may rename").
+	moves sync.RWMutex
 	// stopCalls ends every call's context with errShutdown.
 	stopCalls context.CancelCauseFunc
 	// drops rate limits decision records of unmapped uids (ratelimit.go).

@@ -28,6 +28,11 @@ func execList(c *call, _ func(string, []byte)) *outcome {
 	if la == nil || h == nil || r == nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
+	done, err := c.walkWhereDecided(0)
+	if err != nil {
+		return &outcome{reason: c.reasonOf(err, "list")}
+	}
+	defer done()
 	f, err := h.Open()
 	if err != nil {
 		return &outcome{reason: c.reasonOf(err, "list")}

@@ -39,6 +39,10 @@ func execMove(c *call, _ func(string, []byte)) *outcome {
 	if src == nil || dst == nil || !ok || from == nil || to == nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
+	// No list, search or other move walks while this one checks and
+	// renames (see Daemon.moves).
+	c.d.moves.Lock()
+	defer c.d.moves.Unlock()
 	unlock := c.d.locks.LockPair(src.p, dst.p)
 	defer unlock()
 	if testHookBeforeCommit != nil {

@@ -38,8 +38,12 @@ func execSearch(c *call, _ func(string, []byte)) *outcome {
 	if sa == nil || h == nil || r == nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
+	done, err := c.walkWhereDecided(0)
+	if err != nil {
+		return &outcome{reason: c.reasonOf(err, "search")}
+	}
+	defer done()
 	s := searchResults{max: sa.MaxResults, budget: c.tool.EffectiveMaxBytes() - searchDocBytes}
-	var err error
 	if h.Kind == api.KindDir {
 		err = searchDir(c, sa, r, &s)
 	} else {

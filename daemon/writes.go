@@ -175,3 +175,33 @@ func (c *call) checkParentAt(i int, dir *fileop.Parent) error {
 	}
 	return nil
 }
+
+// walkWhereDecided holds c.d.moves shared and checks that target i's
+// directory handle is still where the decision saw it (as the kernel names
+// its fd now), so that a walk beneath it checks never on the paths its
+// entries really have: no call can move it, or a directory above it, until
+// done is called. A directory moved between the decision and now (by the
+// agent's own move, or from outside) fails precondition_failed.
+func (c *call) walkWhereDecided(i int) (done func(), err error) {
+	c.d.moves.RLock()
+	h, r := c.handle(i), c.decidedBy(i)
+	if h == nil || r == nil {
+		c.d.moves.RUnlock()
+		return nil, errMisplaced
+	}
+	roots := c.p.roots[c.req.Tool]
+	if r.Root < 0 || r.Root >= len(roots) || roots[r.Root] == nil {
+		c.d.moves.RUnlock()
+		return nil, errMisplaced
+	}
+	var now authz.Resource
+	if err := relBeneath(roots[r.Root], h, &now); err != nil {
+		c.d.moves.RUnlock()
+		return nil, err
+	}
+	if h.File() != nil && now.Rel != r.Rel {
+		c.d.moves.RUnlock()
+		return nil, fmt.Errorf("%q moved since the decision: %w", r.Rel, fileop.ErrChanged)
+	}
+	return c.d.moves.RUnlock, nil
+}

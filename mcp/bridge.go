@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -72,6 +73,8 @@ type Bridge struct {
 	// out: large outputs are spliced into their message by the stdio
 	// writer (splice.go); nil when serving another transport.
 	out *outputs
+	// fastCalls counts the tools/calls the stdio fast path answered.
+	fastCalls atomic.Int64
 }
 
 // New returns a bridge; Run serves it.
@@ -115,13 +118,15 @@ func (b *Bridge) Server() *sdk.Server { return b.srv }
 func (b *Bridge) Run(ctx context.Context, t sdk.Transport) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var err error
 	if st, ok := t.(*sdk.StdioTransport); ok {
-		// The SDK's stdio, with each message passing spliceWriter.
-		b.out = newOutputs()
-		t = &sdk.IOTransport{Reader: os.Stdin, Writer: nopCloser{&spliceWriter{w: os.Stdout, out: b.out}}, MaxLineLength: st.MaxLineLength}
+		// stdin read by the fast path (fast.go), the rest by the SDK;
+		// each message out passing spliceWriter.
+		err = b.RunStdio(ctx, os.Stdin, os.Stdout, st.MaxLineLength)
+	} else {
+		b.Start(ctx)
+		err = b.srv.Run(ctx, t)
 	}
-	b.Start(ctx)
-	err := b.srv.Run(ctx, t)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, sdk.ErrConnectionClosed) {
 		return nil
 	}

@@ -371,19 +371,29 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 		defer stop()
 		var mu sync.Mutex
 		callID := ""
+		early := false // cancelled before the call's id was known
+		cancelByID := func(id string) {
+			cctx, cancel := context.WithTimeout(context.Background(), b.opts.CancelTimeout)
+			if _, err := b.c.CancelCall(cctx, id); err != nil {
+				b.log.Warn("cancel of a call failed; dropping its stream ends it", "call_id", id, "err", err)
+			} else {
+				b.log.Info("call cancelled by the MCP client", "call_id", id, "tool", tool)
+			}
+			cancel()
+		}
 		detach := context.AfterFunc(ctx, func() {
 			mu.Lock()
 			id := callID
+			early = id == ""
 			mu.Unlock()
-			if id != "" {
-				cctx, cancel := context.WithTimeout(context.Background(), b.opts.CancelTimeout)
-				if _, err := b.c.CancelCall(cctx, id); err != nil {
-					b.log.Warn("cancel of a call failed; dropping its stream ends it", "call_id", id, "err", err)
-				} else {
-					b.log.Info("call cancelled by the MCP client", "call_id", id, "tool", tool)
-				}
-				cancel()
+			if id == "" {
+				// Its decision event is on its way: the call is
+				// cancelled by id when it comes (below), and its stream
+				// dropped if it does not come in time.
+				time.AfterFunc(b.opts.CancelTimeout, stop)
+				return
 			}
+			cancelByID(id)
 			stop()
 		})
 		defer detach()
@@ -402,7 +412,12 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 			case api.EventDecision:
 				mu.Lock()
 				callID = ev.CallID
+				late := early
 				mu.Unlock()
+				if late {
+					cancelByID(ev.CallID)
+					return context.Canceled // drops the stream
+				}
 				if ev.Verdict == api.VerdictPending {
 					notify("waiting for approval " + ev.ApprovalID + " (an approver runs: sluice approve " + ev.ApprovalID + ")")
 				}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -72,6 +73,8 @@ type Bridge struct {
 	// out: large outputs are spliced into their message by the stdio
 	// writer (splice.go); nil when serving another transport.
 	out *outputs
+	// fastCalls counts the tools/calls the stdio fast path answered.
+	fastCalls atomic.Int64
 }
 
 // New returns a bridge; Run serves it.
@@ -115,13 +118,15 @@ func (b *Bridge) Server() *sdk.Server { return b.srv }
 func (b *Bridge) Run(ctx context.Context, t sdk.Transport) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var err error
 	if st, ok := t.(*sdk.StdioTransport); ok {
-		// The SDK's stdio, with each message passing spliceWriter.
-		b.out = newOutputs()
-		t = &sdk.IOTransport{Reader: os.Stdin, Writer: nopCloser{&spliceWriter{w: os.Stdout, out: b.out}}, MaxLineLength: st.MaxLineLength}
+		// stdin read by the fast path (fast.go), the rest by the SDK;
+		// each message out passing spliceWriter.
+		err = b.RunStdio(ctx, os.Stdin, os.Stdout, st.MaxLineLength)
+	} else {
+		b.Start(ctx)
+		err = b.srv.Run(ctx, t)
 	}
-	b.Start(ctx)
-	err := b.srv.Run(ctx, t)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, sdk.ErrConnectionClosed) {
 		return nil
 	}
@@ -366,19 +371,29 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 		defer stop()
 		var mu sync.Mutex
 		callID := ""
+		early := false // cancelled before the call's id was known
+		cancelByID := func(id string) {
+			cctx, cancel := context.WithTimeout(context.Background(), b.opts.CancelTimeout)
+			if _, err := b.c.CancelCall(cctx, id); err != nil {
+				b.log.Warn("cancel of a call failed; dropping its stream ends it", "call_id", id, "err", err)
+			} else {
+				b.log.Info("call cancelled by the MCP client", "call_id", id, "tool", tool)
+			}
+			cancel()
+		}
 		detach := context.AfterFunc(ctx, func() {
 			mu.Lock()
 			id := callID
+			early = id == ""
 			mu.Unlock()
-			if id != "" {
-				cctx, cancel := context.WithTimeout(context.Background(), b.opts.CancelTimeout)
-				if _, err := b.c.CancelCall(cctx, id); err != nil {
-					b.log.Warn("cancel of a call failed; dropping its stream ends it", "call_id", id, "err", err)
-				} else {
-					b.log.Info("call cancelled by the MCP client", "call_id", id, "tool", tool)
-				}
-				cancel()
+			if id == "" {
+				// Its decision event is on its way: the call is
+				// cancelled by id when it comes (below), and its stream
+				// dropped if it does not come in time.
+				time.AfterFunc(b.opts.CancelTimeout, stop)
+				return
 			}
+			cancelByID(id)
 			stop()
 		})
 		defer detach()
@@ -397,7 +412,12 @@ func (b *Bridge) handler(tool string) sdk.ToolHandler {
 			case api.EventDecision:
 				mu.Lock()
 				callID = ev.CallID
+				late := early
 				mu.Unlock()
+				if late {
+					cancelByID(ev.CallID)
+					return context.Canceled // drops the stream
+				}
 				if ev.Verdict == api.VerdictPending {
 					notify("waiting for approval " + ev.ApprovalID + " (an approver runs: sluice approve " + ev.ApprovalID + ")")
 				}

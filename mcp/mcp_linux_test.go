@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -122,6 +123,13 @@ type session struct {
 // SDK's latest).
 func connect(t *testing.T, socket string, c *client.Client, protocol string, tweak ...func(*mcp.Options)) *session {
 	t.Helper()
+	return connectOver(t, false, socket, c, protocol, tweak...)
+}
+
+// connectOver is connect, over pipes to RunStdio (what `sluice mcp`
+// serves on stdin and stdout: its fast path) when stdio is set.
+func connectOver(t *testing.T, stdio bool, socket string, c *client.Client, protocol string, tweak ...func(*mcp.Options)) *session {
+	t.Helper()
 	s := &session{progress: make(chan *sdk.ProgressNotificationParams, 256), listChanged: make(chan struct{}, 16), logs: &testutil.LockedBuffer{}}
 	opts := mcp.Options{Socket: socket, Client: c, Logger: slog.New(slog.NewTextHandler(s.logs, nil)),
 		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
@@ -129,10 +137,23 @@ func connect(t *testing.T, socket string, c *client.Client, protocol string, twe
 		f(&opts)
 	}
 	b := mcp.New(opts)
-	st, ct := sdk.NewInMemoryTransports()
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	go func() { ran <- b.Run(ctx, st) }()
+	var ct sdk.Transport
+	if stdio {
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		ct = &sdk.IOTransport{Reader: outR, Writer: inW}
+		go func() {
+			err := b.RunStdio(ctx, inR, outW, 0)
+			outW.Close()
+			ran <- err
+		}()
+	} else {
+		var st sdk.Transport
+		st, ct = sdk.NewInMemoryTransports()
+		go func() { ran <- b.Run(ctx, st) }()
+	}
 	mc := sdk.NewClient(&sdk.Implementation{Name: "sluice-test", Version: "0"}, &sdk.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) { s.progress <- r.Params },
 		ToolListChangedHandler:      func(context.Context, *sdk.ToolListChangedRequest) { s.listChanged <- struct{}{} },
@@ -242,19 +263,24 @@ var approvalRE = regexp.MustCompile(`waiting for approval (\S+)`)
 // the daemon, an approval decided from a second client, and a reload
 // that changes the list (list_changed arrives).
 func TestMCPBridge(t *testing.T) {
-	for _, proto := range protocols {
-		name := proto
-		if name == "" {
-			name = "latest"
+	for _, stdio := range []bool{false, true} {
+		for _, proto := range protocols {
+			name := proto
+			if name == "" {
+				name = "latest"
+			}
+			if stdio {
+				name += "/stdio"
+			}
+			t.Run(name, func(t *testing.T) { testBridge(t, stdio, proto) })
 		}
-		t.Run(name, func(t *testing.T) { testBridge(t, proto) })
 	}
 }
 
-func testBridge(t *testing.T, proto string) {
+func testBridge(t *testing.T, stdio bool, proto string) {
 	fx, m := fixture(t, "")
 	d := startSluiced(t, m)
-	s := connect(t, d.socket, clientAs(d.socket, agentUID), proto)
+	s := connectOver(t, stdio, d.socket, clientAs(d.socket, agentUID), proto)
 	ops := clientAs(d.socket, 0)
 	defer ops.Close()
 	if got := s.InitializeResult(); got.ServerInfo.Name != "sluice" || got.ServerInfo.Version != api.Version ||

@@ -27,7 +27,8 @@ import (
 	"github.com/sluicehq/sluice/sandbox"
 )
 
-// The test binary is re-executed as each container's init.
+// The test binary serves the seccomp exporter when started as one; a
+// container's init is handed to sluice-init before Go starts (sandbox.MaybeInit).
 func init() { sandbox.MaybeInit() }
 
 func TestMain(m *testing.M) { testutil.Main(m) }

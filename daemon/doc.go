@@ -32,7 +32,7 @@
 //	transport:  http.go tasks.go events.go systemd.go
 //	pipeline:   pipeline.go request.go registry.go resolve.go targets.go present.go reasons.go admit.go ratelimit.go wirejson.go ids.go schema.go
 //	table:      ops.go
-//	operations: op_*.go writes.go exec_egress.go exec_args.go diff.go
+//	operations: op_*.go writes.go exec_egress.go exec_args.go
 //	approvals:  approvals.go spill_change.go
 //	recovery:   recover.go
 //	policy:     policy.go

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/fileop"
+	"github.com/sluicehq/sluice/internal/udiff"
 )
 
 // The daemon's half of write (authz/op_write.go is its pure half): the
@@ -91,6 +92,6 @@ func showWriteNow(ctx context.Context, d *Daemon, p *policy, pk *parked, ch *api
 		if cur == nil {
 			oldName = ""
 		}
-		ch.Diff, ch.DiffTruncated, _ = unifiedDiff(oldName, name, string(old), string(content))
+		ch.Diff, ch.DiffTruncated, _ = udiff.Unified(oldName, name, string(old), string(content))
 	}
 }

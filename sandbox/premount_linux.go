@@ -270,7 +270,7 @@ func mountsUnder(dir string) []string {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMountinfo(fields[4])
+		mp := UnescapeMountinfo(fields[4])
 		if strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
@@ -279,7 +279,9 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-func unescapeMountinfo(s string) string {
+// UnescapeMountinfo undoes /proc/self/mountinfo's \ooo escapes (space,
+// tab, newline, backslash) in a path field.
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

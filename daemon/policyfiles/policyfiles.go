@@ -390,29 +390,9 @@ func readMountinfo() ([]mountEntry, error) {
 			return nil, fmt.Errorf("/proc/self/mountinfo: malformed line %q", line)
 		}
 		out = append(out, mountEntry{id: id, dev: unix.Mkdev(uint32(ma), uint32(mi)),
-			root: unescapeOctal(f[3]), point: unescapeOctal(f[4])})
+			root: sandbox.UnescapeMountinfo(f[3]), point: sandbox.UnescapeMountinfo(f[4])})
 	}
 	return out, nil
-}
-
-// unescapeOctal undoes mountinfo's \ooo escapes (space, tab, newline,
-// backslash).
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // CheckWrites refuses a policy one of whose files a write or delete

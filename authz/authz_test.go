@@ -278,6 +278,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(multi)
 	f.Add(`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["a"]],"pool":0,"env":{"A":"b"}}}}`)
 	f.Add(`{"schema_version":1,"tools":{"x":{"operation":"execute","mounts":["w"],"commands":[["a",{"one_of":["-n"]},{"regex":"[a-z]+"},{"glob":"*.py"},{"path":["w"]},{"rest":{"any":true}}]],"examples":{"match":[["a","-n","b","c.py","w/x"]]}}}}`)
+	f.Add(`{"schema_version":1,"tools":{"x":{"operation":"execute","mounts":["w"],"commands":[["a"]],"never":[".env"],"writes":{"roots":["w/s"],"never":["*.pem"],"keep":["*.py"],"commit":"auto"},"cache":["/root/.cache"],"cache_mb":8}}}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := Parse(strings.NewReader(s), "/b")
 		if err != nil {
@@ -293,6 +294,10 @@ func FuzzParse(f *testing.F) {
 			a, _ := LookupOp(m.Tools[name].Operation).ArgsFromRecord(m.Tools[name], []byte(`{"path":"x"}`))
 			r := a.Request(LocalPrincipal, name)
 			Decide(m, &r)
+			if wt := m.Tools[name].WritesTool(); wt != nil {
+				DecideChange(wt, ChangeCreate, "w/s/x", []Resource{{Outcome: OutcomeOK, Kind: KindAbsent}})
+				m.Tools[name].Writes.Keeps("w/s/x")
+			}
 		}
 	})
 }

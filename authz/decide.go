@@ -487,7 +487,7 @@ func decidePath(ix *toolIndex, path *string, resolved []Resource, kind func(api.
 		}
 		if ix.refuseLinks && res.Kind == KindFile && res.Links > 1 {
 			// Another name of this file may be never-listed.
-			d := deny(api.ReasonUnsupportedFileType, tkey+".hard_links")
+			d := deny(api.ReasonUnsupportedFileType, ix.linksKey)
 			d.Resource = res
 			return d
 		}

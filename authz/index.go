@@ -21,7 +21,8 @@ type toolIndex struct {
 	neverKeys   []string // "tools.NAME.never[i]"
 	commandKeys []string // "tools.NAME.commands[i]"
 	patterns    []cmdPattern
-	refuseLinks bool // Tool.RefusesHardLinks
+	refuseLinks bool   // Tool.RefusesHardLinks
+	linksKey    string // "tools.NAME.hard_links": the rule of a refused hard link
 }
 
 type glob struct {
@@ -212,26 +213,14 @@ func classMatch(class string, r rune) bool {
 
 func buildIndex(name string, t *Tool) *toolIndex {
 	key := "tools." + name
-	ix := &toolIndex{key: key, refuseLinks: t.RefusesHardLinks()}
+	ix := &toolIndex{key: key, refuseLinks: t.RefusesHardLinks(), linksKey: key + ".hard_links"}
 	for i, r := range t.Roots {
 		ix.roots = append(ix.roots, splitPath(r, nil))
 		ix.rootClean = append(ix.rootClean, path.Clean(r))
 		ix.rootKeys = append(ix.rootKeys, key+".roots["+strconv.Itoa(i)+"]")
 	}
 	for i, g := range t.Never {
-		gl := glob{slash: strings.Contains(g, "/")}
-		if gl.slash {
-			for _, c := range splitPath(g, nil) {
-				gl.comps = append(gl.comps, compileName(c))
-			}
-		} else if g == "**" {
-			// "**" spans components only in a pattern with '/'; alone it
-			// is a name glob that matches every name, as "*" does.
-			gl.name = namePat{kind: patAny}
-		} else {
-			gl.name = compileName(g)
-		}
-		ix.never = append(ix.never, gl)
+		ix.never = append(ix.never, compileGlob(g))
 		ix.neverKeys = append(ix.neverKeys, key+".never["+strconv.Itoa(i)+"]")
 	}
 	for i := range t.Commands {
@@ -239,6 +228,25 @@ func buildIndex(name string, t *Tool) *toolIndex {
 	}
 	ix.patterns = compilePatterns(t)
 	return ix
+}
+
+// compileGlob compiles one glob validateGlob accepted (a never or keep
+// glob).
+func compileGlob(g string) glob {
+	gl := glob{slash: strings.Contains(g, "/")}
+	switch {
+	case gl.slash:
+		for _, c := range splitPath(g, nil) {
+			gl.comps = append(gl.comps, compileName(c))
+		}
+	case g == "**":
+		// "**" spans components only in a pattern with '/'; alone it
+		// is a name glob that matches every name, as "*" does.
+		gl.name = namePat{kind: patAny}
+	default:
+		gl.name = compileName(g)
+	}
+	return gl
 }
 
 // index returns the tool's compiled rule, compiling it for a Tool that did

@@ -125,8 +125,18 @@ type Tool struct {
 	// file, which no check can find, may be never-listed (see
 	// RefusesHardLinks).
 	HardLinks string `json:"hard_links,omitempty" toml:"hard_links"`
+	// Writes is what an execute tool's commands may change, in a
+	// scratch layer committed through policy as a changeset; nil: its
+	// mounts are read-only (op_execute_writes.go).
+	Writes *ExecWrites `json:"writes,omitempty" toml:"writes"`
+	// Cache are container paths backed by a sluice-owned directory per
+	// (tool, principal), read-write, capped at CacheMB (see
+	// EffectiveCacheMB), never part of a changeset.
+	Cache   []string `json:"cache,omitempty" toml:"cache"`
+	CacheMB int64    `json:"cache_mb,omitempty" toml:"cache_mb"`
 
 	idx *toolIndex // built by Parse; see index.go
+	wt  *Tool      // WritesTool, built by Parse
 	// net is a fetch or post tool's network policy, built by its
 	// validator (netpolicy.NewPolicy), so a bad entry is a manifest error.
 	net *netpolicy.Policy
@@ -286,8 +296,12 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 	}
 	for name, t := range m.Tools {
 		t.idx = buildIndex(name, t)
+		prepareWrites(name, t)
 	}
 	if err := checkExamples(m); err != nil {
+		return nil, err
+	}
+	if err := checkCacheMounts(m); err != nil {
 		return nil, err
 	}
 	canon, err := canonical(m)
@@ -583,7 +597,7 @@ func validateHardLinks(key string, t *Tool) error {
 	switch t.HardLinks {
 	case "", HardLinksRefuse:
 	case HardLinksAllow:
-		if len(t.Never) == 0 {
+		if len(t.Never) == 0 && (t.Writes == nil || len(t.Writes.Never) == 0) {
 			return merr(key+".hard_links", "applies only with never globs; remove it or add never")
 		}
 	default:

@@ -189,6 +189,9 @@ func FuzzTOMLJSONTwins(f *testing.F) {
 		`{"schema_version":1,"tools":{"w":{"operation":"write","roots":["a"],"approval":"human","Approval":"none","mode":"create"}}}`,
 		`{"schema_version":1,"tools":{"x":{"operation":"execute","mounts":["w"],"commands":[["g",{"one_of":["-n"]},{"regex":"[a-z]+"},{"path":["w"]},{"rest":{"glob":"*.py"}}]],"examples":{"match":[["g","-n","a","w/x","b.py"]],"not_match":[["g"]]}}}}`,
 		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["g",{"any":true,"glob":"*"}]]}}}`,
+		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["black",{"rest":{"glob":"*.py"}}]],"mounts":["workspace"],"writes":{"roots":["workspace/src"],"never":["*.pem"],"commit":"auto","keep":["*.py"],"max_files":100,"max_bytes":1048576,"commit_on":"always"}}}}`,
+		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["make","test"]],"mounts":["."],"writes":{"roots":["."],"commit":"discard"},"cache":["/root/.cache"],"cache_mb":64,"egress":{"hosts":["pypi.org"]}}}}`,
+		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["make"]],"mounts":["w"],"writes":{"roots":["w/"],"Commit":"auto","keep":[]},"cache":["/tmp/c","/root"],"cache_mb":0}}}`,
 	} {
 		f.Add(s)
 	}

@@ -438,6 +438,7 @@ func keyIsSet(t *Tool) []struct {
 		{t.Env != nil, "env"}, {t.TimeoutMS != 0, "timeout_ms"}, {t.MemoryMB != 0, "memory_mb"},
 		{t.Pids != 0, "pids"}, {t.CPUs != 0, "cpus"}, {t.Seccomp != "", "seccomp"}, {t.Pool != nil, "pool"}, {t.PoolMax != nil, "pool_max"},
 		{t.MaxOpenFiles != 0, "max_open_files"}, {t.Egress != nil, "egress"},
+		{t.Writes != nil, "writes"}, {t.Cache != nil, "cache"}, {t.CacheMB != 0, "cache_mb"},
 		{t.Mode != "", "mode"}, {t.FileMode != "", "file_mode"}, {t.DirMode != "", "dir_mode"},
 		{len(t.Hosts) > 0, "hosts"}, {len(t.Schemes) > 0, "schemes"}, {t.MaxRedirects != nil, "max_redirects"},
 		{t.AllowedHeaders != nil, "allowed_headers"}, {t.InsecureAllowPrivate, "insecure_allow_private"},

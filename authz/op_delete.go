@@ -62,18 +62,7 @@ var opDelete = Op{
 		if !ok {
 			return deny(api.ReasonInternalError, ix.key)
 		}
-		return decidePath(ix, da.Path, req.target(0), func(kind api.Kind, rootKey string) Decision {
-			// A symlink itself may be removed; it is never followed.
-			switch kind {
-			case KindFile, KindSymlink:
-				return allow(rootKey)
-			case KindAbsent:
-				return deny(api.ReasonNotFound, rootKey)
-			case KindDir:
-				return deny(api.ReasonNotAFile, rootKey)
-			}
-			return deny(api.ReasonUnsupportedFileType, rootKey)
-		})
+		return decidePath(ix, da.Path, req.target(0), deleteKind)
 	},
 	schema: pathSchema(map[string]any{
 		"if_match": map[string]any{"type": "string", "description": `"sha256:<hex>" of the current content; checked when the file is removed`},
@@ -81,4 +70,18 @@ var opDelete = Op{
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Delete a file beneath %s.", strings.Join(t.Roots, ", "))
 	},
+}
+
+// deleteKind is a delete's check of what its final name is: a regular
+// file, or a symlink itself, which may be removed (it is never followed).
+func deleteKind(kind api.Kind, rootKey string) Decision {
+	switch kind {
+	case KindFile, KindSymlink:
+		return allow(rootKey)
+	case KindAbsent:
+		return deny(api.ReasonNotFound, rootKey)
+	case KindDir:
+		return deny(api.ReasonNotAFile, rootKey)
+	}
+	return deny(api.ReasonUnsupportedFileType, rootKey)
 }

@@ -29,13 +29,13 @@ var opExecute = Op{
 	Name:  api.OpExecute,
 	Hints: api.ToolHints{},
 	Keys: []string{"commands", "examples", "mounts", "cwd", "env", "timeout_ms", "memory_mb", "pids", "cpus",
-		"seccomp", "pool", "pool_max", "max_open_files", "egress"},
+		"seccomp", "pool", "pool_max", "max_open_files", "egress", "writes", "cache", "cache_mb"},
 	// The one target is the argv: the arguments the commands' path
 	// elements could match, resolved beneath each element's roots.
 	Targets:  []Target{{Name: "argv", Resolve: ResolveArgs}},
 	Effects:  true,
 	Streams:  true,
-	validate: []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits, validateEgress},
+	validate: []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits, validateEgress, validateWrites, validateCache},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var ea api.ExecArgs
 		if err := strictArgs(raw, &ea); err != nil {

@@ -58,17 +58,7 @@ var opMkdir = Op{
 		if ma.Parents && ma.Path != nil {
 			resolved = missingParents(t, *ma.Path, resolved)
 		}
-		return decidePath(ix, ma.Path, resolved, func(kind api.Kind, rootKey string) Decision {
-			switch kind {
-			case KindAbsent:
-				return allow(rootKey)
-			case KindDir:
-				// Without parents, mkdirat refuses it when it runs
-				// (precondition_failed); with parents, it is there.
-				return allow(rootKey)
-			}
-			return deny(api.ReasonNotADirectory, rootKey)
-		})
+		return decidePath(ix, ma.Path, resolved, mkdirKind)
 	},
 	schema: pathSchema(map[string]any{
 		"parents": map[string]any{"type": "boolean", "description": "also make each missing directory above it (an existing directory is then not an error)"},
@@ -86,6 +76,18 @@ var opMkdir = Op{
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Make a directory beneath %s (parents: also each missing one above it).", strings.Join(t.Roots, ", "))
 	},
+}
+
+// mkdirKind is a mkdir's check of what its final name is: nothing, or a
+// directory (without parents, mkdirat refuses it when it runs,
+// precondition_failed; with parents, it is there). Anything else in the
+// way is not_a_directory.
+func mkdirKind(kind api.Kind, rootKey string) Decision {
+	switch kind {
+	case KindAbsent, KindDir:
+		return allow(rootKey)
+	}
+	return deny(api.ReasonNotADirectory, rootKey)
 }
 
 // missingParents is what a mkdir with parents decides on: a path whose

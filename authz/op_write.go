@@ -116,17 +116,7 @@ var opWrite = Op{
 		if wa.ContentBytes > t.EffectiveMaxBytes() {
 			return deny(api.ReasonLimitExceeded, ix.key+".max_bytes")
 		}
-		return decidePath(ix, wa.Path, req.target(0), func(kind api.Kind, rootKey string) Decision {
-			// The final component is looked at, not followed: a symlink
-			// there is refused and what it points to stays untouched.
-			switch kind {
-			case KindFile, KindAbsent:
-				return allow(rootKey)
-			case KindDir:
-				return deny(api.ReasonNotAFile, rootKey)
-			}
-			return deny(api.ReasonUnsupportedFileType, rootKey)
-		})
+		return decidePath(ix, wa.Path, req.target(0), writeKind)
 	},
 	schema: pathSchema(map[string]any{
 		"content":     map[string]any{"type": "string", "description": "UTF-8 content"},
@@ -150,6 +140,19 @@ var opWrite = Op{
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Write a file beneath %s (atomically; returns its new sha256 for the next if_match).", strings.Join(t.Roots, ", "))
 	},
+}
+
+// writeKind is a write's check of what its final name is now: a regular
+// file or nothing. The final component is looked at, not followed: a
+// symlink there is refused and what it points to stays untouched.
+func writeKind(kind api.Kind, rootKey string) Decision {
+	switch kind {
+	case KindFile, KindAbsent:
+		return allow(rootKey)
+	case KindDir:
+		return deny(api.ReasonNotAFile, rootKey)
+	}
+	return deny(api.ReasonUnsupportedFileType, rootKey)
 }
 
 // writeMode is a call's write mode: as given, else the tool's, else

@@ -80,6 +80,7 @@ func TestWritesCacheManifestErrors(t *testing.T) {
 		{"bad keep glob", execTool(`,"writes":{"roots":["workspace"],"keep":["*.py","a/[x"]}`), "tools.x.writes.keep[1]", "bad pattern", false},
 		{"absolute keep glob", execTool(`,"writes":{"roots":["workspace"],"keep":["/srv/workspace/**"]}`), "tools.x.writes.keep[0]", "keep globs match paths relative to base", false},
 		{"empty keep glob", execTool(`,"writes":{"roots":["workspace"],"keep":[""]}`), "tools.x.writes.keep[0]", "empty", false},
+		{"hard_links allow without any never", execTool(`,"hard_links":"allow","writes":{"roots":["workspace"]}`), "tools.x.hard_links", "applies only with never globs", false},
 		// values.
 		{"commit unknown", execTool(`,"writes":{"roots":["workspace"],"commit":"yes"}`), "tools.x.writes.commit", `is "yes"; use "approval"`, false},
 		{"commit_on unknown", execTool(`,"writes":{"roots":["workspace"],"commit_on":"never"}`), "tools.x.writes.commit_on", `is "never"; use "success"`, false},

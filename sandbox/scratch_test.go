@@ -370,6 +370,7 @@ func TestCache(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(b.Release)
 		return b, runHeld(t, b, script)
 	}
 	b1, res := run(c1, `set -e; cd `+dest+`; mkdir -p d; echo one > d/f; chmod 600 d/f; echo ok`)

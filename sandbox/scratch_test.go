@@ -34,7 +34,7 @@ type scratchFixture struct {
 	view *View
 }
 
-func newScratchFixture(t *testing.T, r *Runner) *scratchFixture {
+func newScratchFixture(t testing.TB, r *Runner) *scratchFixture {
 	t.Helper()
 	base := t.TempDir()
 	testutil.Must(t, os.Chmod(base, 0o755))

@@ -167,7 +167,15 @@ func TestOpenRefuses(t *testing.T) {
 	testutil.Must(t, os.Symlink("d", filepath.Join(up, "l")))
 	testutil.Must(t, os.Link(filepath.Join(up, "d/f"), filepath.Join(up, "h")))
 	testutil.Must(t, unix.Mkfifo(filepath.Join(up, "p"), 0o644))
-	for _, p := range []string{"l/f", "h", "d/f", "../upper/d/f", "/d/f", "d/../d/f", "", "p", "d"} {
+	write(t, filepath.Join(up, "e/g"), "y", 0o644)
+	testutil.Must(t, os.Symlink("e", filepath.Join(up, "l2")))
+	testutil.Must(t, os.Symlink("e/g", filepath.Join(up, "l3")))
+	if f, err := Open(open(), "e/g"); err != nil {
+		t.Fatalf("Open(e/g): %v", err)
+	} else {
+		f.Close()
+	}
+	for _, p := range []string{"l2/g", "l3", "l/f", "h", "d/f", "../upper/d/f", "/d/f", "d/../d/f", "", "p", "d"} {
 		f, err := Open(open(), p)
 		if err == nil {
 			f.Close()

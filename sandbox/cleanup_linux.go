@@ -222,6 +222,7 @@ func (r *Runner) Close() {
 		r.init.Close()
 		r.init = nil
 	}
+	r.closeIdmaps()
 }
 
 // killAndDestroy kills a loaded container's processes, waits until it has

@@ -46,7 +46,35 @@ func CheckDest(dest string) error {
 // sources are the tool's view entries (package fsview), never the
 // workspace itself, so nothing sluiced mounts ever sits on a host file.
 // It returns the mounts made, as fds of their roots, for unmountAll.
-func (r *Runner) premount(rootfs string, spec *Spec) ([]*os.File, error) {
+//
+// A mount that spec.Scratch names is an overlay of the view's entry and
+// a directory of the box's scratch tmpfs (bindOverlay) instead: the
+// scratch layer is made here and returned (freed on error). Each of
+// opt.Caches is bound read-write at its Dest (bindCache).
+func (r *Runner) premount(rootfs string, spec *Spec, opt CreateOptions, uid uint32) (made []*os.File, sc *Scratch, retErr error) {
+	if err := checkScratch(spec); err != nil {
+		return nil, nil, err
+	}
+	if err := checkCaches(spec, opt.Caches); err != nil {
+		return nil, nil, err
+	}
+	if spec.Scratch != nil {
+		var err error
+		if sc, err = newScratch(spec.Scratch); err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			if retErr != nil {
+				sc.Close()
+				sc = nil
+			}
+		}()
+	}
+	made, err := r.premountAll(rootfs, spec, opt, sc, uid)
+	return made, sc, err
+}
+
+func (r *Runner) premountAll(rootfs string, spec *Spec, opt CreateOptions, sc *Scratch, uid uint32) ([]*os.File, error) {
 	var made []*os.File
 	rfd, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -77,7 +105,13 @@ func (r *Runner) premount(rootfs string, spec *Spec) ([]*os.File, error) {
 		if err := CheckDest(m.Dest); err != nil {
 			return made, err
 		}
-		mf, err := bindReadOnly(rfd, m)
+		var mf *os.File
+		var err error
+		if i := scratchIndex(spec, m.Dest); i >= 0 {
+			mf, err = bindOverlay(rfd, m, sc, i)
+		} else {
+			mf, err = bindReadOnly(rfd, m)
+		}
 		if mf != nil {
 			made = append(made, mf)
 		}
@@ -85,7 +119,29 @@ func (r *Runner) premount(rootfs string, spec *Spec) ([]*os.File, error) {
 			return made, fmt.Errorf("bind %s: %w", m.Dest, err)
 		}
 	}
+	for _, c := range opt.Caches {
+		mf, err := r.bindCache(rfd, c, uid)
+		if mf != nil {
+			made = append(made, mf)
+		}
+		if err != nil {
+			return made, fmt.Errorf("cache %s: %w", c.Dest, err)
+		}
+	}
 	return made, nil
+}
+
+// scratchIndex is dest's index in spec.Scratch.Dests, or -1.
+func scratchIndex(spec *Spec, dest string) int {
+	if spec.Scratch == nil {
+		return -1
+	}
+	for i, d := range spec.Scratch.Dests {
+		if d == dest {
+			return i
+		}
+	}
+	return -1
 }
 
 // bindReadOnly clones m.File's mount (a view entry) and attaches it,

@@ -17,6 +17,11 @@ import (
 type ViewMount struct {
 	Source fsview.Source
 	Dest   string
+	// Writable presents the mount as writable to everyone
+	// (fsview.Options.Writable): set it for a directory mount that a
+	// Spec's Scratch names, whose containers write into a scratch layer
+	// over it. The view stays read-only.
+	Writable bool
 }
 
 // View is a tool's read-only FUSE view of its mounts, made once per
@@ -48,8 +53,10 @@ const ViewTimeout = time.Second
 // on, also on error.
 func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, maxOpen int, refuseLinks bool) (*View, error) {
 	srcs := make([]fsview.Source, len(mounts))
+	rw := make([]bool, len(mounts))
 	for i, m := range mounts {
 		srcs[i] = m.Source
+		rw[i] = m.Writable
 	}
 	dir := filepath.Join(r.rootfsDir(), fmt.Sprintf("v%s-%d", r.prefix[1:], r.seq.Add(1)))
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -58,7 +65,7 @@ func (r *Runner) NewView(mounts []ViewMount, hide func(i int, rel string) bool, 
 		}
 		return nil, err
 	}
-	fv, err := fsview.Mount(dir, srcs, fsview.Options{Hide: hide, Timeout: ViewTimeout, MaxOpen: maxOpen, RefuseLinks: refuseLinks})
+	fv, err := fsview.Mount(dir, srcs, fsview.Options{Hide: hide, Timeout: ViewTimeout, MaxOpen: maxOpen, RefuseLinks: refuseLinks, Writable: rw})
 	if err != nil {
 		os.Remove(dir)
 		return nil, err

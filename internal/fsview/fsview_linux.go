@@ -61,6 +61,16 @@ type Options struct {
 	// hidden (a hard link to .env under an innocent name). Its name and
 	// attributes still show, as a file tool's listing shows them.
 	RefuseLinks bool
+	// Writable lists the mounts (by index; shorter than the sources:
+	// the rest are false) presented as writable to everyone: files with
+	// mode|0666, directories with mode|0777 and no sticky bit. The view
+	// itself stays read-only; it is meant as the lower layer of an
+	// overlay whose writes land in a scratch layer (sandbox.ScratchSpec),
+	// where the container's uid, which owns nothing on the host, must be
+	// able to create, modify and delete anywhere. The host's mode bits
+	// then no longer keep a file from being read there; hidden entries
+	// stay hidden.
+	Writable []bool
 }
 
 // DefaultMaxOpen is Options.MaxOpen's default (the manifest's
@@ -81,7 +91,8 @@ type View struct {
 	closed atomic.Bool // Close was called (see Diag)
 	conn   uint32      // the kernel's connection number (see Diag)
 	max    int64
-	links  bool // Options.RefuseLinks
+	links  bool   // Options.RefuseLinks
+	rw     []bool // Options.Writable
 	root   *rootNode
 	w      *watcher
 	// short and long are the cache timeouts of unwatched and watched
@@ -139,7 +150,7 @@ func Mount(dir string, srcs []Source, opt Options) (*View, error) {
 	}
 	setBudget()
 	setWatchBudget()
-	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), links: opt.RefuseLinks, uids: map[uint32]*holder{},
+	v := &View{dir: dir, srcs: srcs, done: make(chan struct{}), max: int64(opt.MaxOpen), links: opt.RefuseLinks, rw: opt.Writable, uids: map[uint32]*holder{},
 		short: opt.Timeout, long: opt.CacheTimeout}
 	root := &rootNode{v: v, hide: opt.Hide}
 	v.root = root
@@ -352,6 +363,27 @@ func shown(kind api.Kind) bool {
 	return kind == securefs.KindDir || kind == securefs.KindFile || kind == securefs.KindSymlink
 }
 
+// attr fills a with st as mount m presents it (see Options.Writable).
+func (v *View) attr(m int, a *fuse.Attr, st *unix.Stat_t) {
+	fillAttr(a, st)
+	if m < len(v.rw) && v.rw[m] {
+		a.Mode = writableMode(a.Mode)
+	}
+}
+
+// writableMode is mode as a writable mount presents it: read and write
+// for everyone, directories searchable and without the sticky bit (which
+// would keep the container from deleting host users' files).
+func writableMode(mode uint32) uint32 {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return (mode | 0o777) &^ unix.S_ISVTX
+	case unix.S_IFREG:
+		return mode | 0o666
+	}
+	return mode
+}
+
 func fillAttr(a *fuse.Attr, st *unix.Stat_t) {
 	a.Ino = st.Ino
 	a.Size = uint64(st.Size)
@@ -412,7 +444,7 @@ func (n *node) entry(ctx context.Context, parent *fs.Inode, child *node, out *fu
 	}
 	defer h.Close()
 	at := child.dirAttrs(h, t)
-	fillAttr(&out.Attr, &h.Stat)
+	n.v.attr(child.m, &out.Attr, &h.Stat)
 	child.dev, child.ino = uint64(h.Stat.Dev), h.Stat.Ino
 	out.SetEntryTimeout(t)
 	out.SetAttrTimeout(at)
@@ -475,7 +507,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		if err := unix.Fstat(of.fd, &st); err != nil {
 			return fs.ToErrno(err)
 		}
-		fillAttr(&out.Attr, &st)
+		n.v.attr(n.m, &out.Attr, &st)
 		out.SetTimeout(t)
 		return 0
 	}
@@ -485,7 +517,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	defer h.Close()
 	t = n.dirAttrs(h, t)
-	fillAttr(&out.Attr, &h.Stat)
+	n.v.attr(n.m, &out.Attr, &h.Stat)
 	out.SetTimeout(t)
 	return 0
 }

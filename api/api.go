@@ -285,6 +285,45 @@ type CallResult struct {
 	// or max_bytes cut the output.
 	Size       *int64 `json:"size,omitempty"`
 	NextOffset *int64 `json:"next_offset,omitempty"`
+	// Changes is what a command with writes changed in its scratch layer
+	// (docs/design.md §4, "Commands that write"), each change with
+	// whether it committed; Committed says the whole changeset did.
+	// Dropped counts what the command wrote that keep did not choose.
+	Changes   []Change `json:"changes,omitempty"`
+	Committed *bool    `json:"committed,omitempty"`
+	Dropped   int      `json:"dropped,omitempty"`
+}
+
+// CacheCleared answers POST /v1/caches/{tool}/clear: how many caches
+// (one per principal and cache path) were dropped; AllPrincipals when an
+// approver cleared everyone's.
+type CacheCleared struct {
+	Tool          string `json:"tool"`
+	Cleared       int    `json:"cleared"`
+	AllPrincipals bool   `json:"all_principals"`
+}
+
+// Change is one path of a command's changeset.
+type Change struct {
+	// Path is relative to the manifest's base, as a file tool's path.
+	Path string `json:"path"`
+	// Action is create, modify, delete or mkdir.
+	Action string `json:"action"`
+	// Bytes and SHA256 are the new content's (create, modify) or what a
+	// delete removes; OldSHA256 is the file the command saw (modify,
+	// delete), which a commit requires the host file still to be.
+	Bytes     int64  `json:"bytes"`
+	SHA256    string `json:"sha256,omitempty"`
+	OldSHA256 string `json:"old_sha256,omitempty"`
+	Committed bool   `json:"committed"`
+	// Reason is why this change refused the changeset, or why its
+	// commit failed (precondition_failed: the host file changed).
+	Reason Reason `json:"reason,omitempty"`
+	// Rule is what refused it (tools.NAME.writes.never[0], …).
+	Rule string `json:"rule,omitempty"`
+	// Detail says why, where a reason code alone does not (a symlink in
+	// the scratch layer, a host file changed while the command ran).
+	Detail string `json:"detail,omitempty"`
 }
 
 // OpaqueDenial is what a caller sees of a denial under deny_detail "opaque".
@@ -506,6 +545,10 @@ type ApprovalChange struct {
 	Body       json.RawMessage `json:"body,omitempty"`
 	BodyBytes  int64           `json:"body_bytes,omitempty"`
 	BodySHA256 string          `json:"body_sha256,omitempty"`
+	// Changes is a command's whole changeset, every path listed (every
+	// deletion first, never collapsed); Diff then holds the unified
+	// diffs of its text files.
+	Changes []Change `json:"changes,omitempty"`
 }
 
 // ChangeField is one line of an approval's summary: "url" and the URL.

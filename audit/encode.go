@@ -40,6 +40,13 @@ func appendRecord(b []byte, rec *Record) []byte {
 	str("approval_id", rec.ApprovalID, true)
 	raw("args", rec.Args)
 	str("call_id", rec.CallID, true)
+	if len(rec.Changes) > 0 {
+		// Changesets only: encoding/json, as egress below.
+		c, err := json.Marshal(rec.Changes)
+		if err == nil {
+			raw("changes", c)
+		}
+	}
 	str("detail", rec.Detail, true)
 	if rec.Egress != nil {
 		// Rare (network calls only): encoding/json, which the rest of

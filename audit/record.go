@@ -28,6 +28,10 @@ const (
 	// KindConnection is one connection a command made through sluiced's
 	// egress proxy, recorded under its call when it ends.
 	KindConnection = "connection"
+	// KindChangeset is a command's changeset as it is about to commit:
+	// every path with its old and new sha256, durable before the first
+	// file changes (docs/design.md §4, "Commands that write").
+	KindChangeset = "changeset"
 )
 
 // Record is one ledger line. Fields are declared in key order and "hash"
@@ -37,6 +41,7 @@ type Record struct {
 	ApprovalID    string          `json:"approval_id,omitempty"`
 	Args          json.RawMessage `json:"args,omitempty"`
 	CallID        string          `json:"call_id,omitempty"`
+	Changes       []api.Change    `json:"changes,omitempty"`
 	Detail        string          `json:"detail,omitempty"`
 	Egress        *Egress         `json:"egress,omitempty"`
 	Kind          string          `json:"kind"`

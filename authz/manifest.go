@@ -578,8 +578,8 @@ func validateApproval(key string, t *Tool) error {
 	if t.ApprovalTimeoutMS < 0 || t.ApprovalTimeoutMS > 7*24*3600_000 {
 		return merr(key+".approval_timeout_ms", "is %d; use 1 to 604800000 (default %d)", t.ApprovalTimeoutMS, DefaultApprovalTimeoutMS)
 	}
-	if t.ApprovalTimeoutMS != 0 && t.Approval != api.ApprovalHuman {
-		return merr(key+".approval_timeout_ms", "applies only with \"approval\": \"human\"; remove it or set approval")
+	if t.ApprovalTimeoutMS != 0 && t.Approval != api.ApprovalHuman && (t.Writes == nil || t.Writes.EffectiveCommit() != "approval") {
+		return merr(key+".approval_timeout_ms", "applies only with \"approval\": \"human\" or writes.commit \"approval\"; remove it or set approval")
 	}
 	return nil
 }

@@ -221,6 +221,7 @@ type Daemon struct {
 	slots     *admission.Slots // containers running calls
 	calls     *registry        // calls in flight, by id and task
 	approvals *approvals       // calls waiting for a human
+	caches    *cacheSet        // execute tools' caches, per principal (exec_cache.go)
 	events    *transport.Hub   // followers of GET /v1/events
 	locks     fileop.Locks
 	// moves keeps an agent's moves from racing its own walks: a move holds
@@ -260,6 +261,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls
 	d.approvals = newApprovals(cfg.MaxParked)
+	d.caches = newCacheSet()
 	d.events = transport.NewHub()
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
@@ -510,6 +512,7 @@ func (d *Daemon) closeRunner() {
 	if d.runner != nil {
 		d.runner.Close()
 	}
+	d.caches.closeAll()
 }
 
 func (d *Daemon) closePolicy() {

@@ -85,6 +85,17 @@ func (d *Daemon) paramRoute(r *http.Request) (route, bool) {
 			}}, true
 		}
 	}
+	if rest, ok := strings.CutPrefix(p, "/v1/caches/"); ok {
+		if seg, ok := strings.CutSuffix(rest, "/clear"); ok && seg != "" && !strings.Contains(seg, "/") {
+			tool, err := url.PathUnescape(seg)
+			if err != nil {
+				return route{}, false
+			}
+			return route{method: http.MethodPost, h: func(w http.ResponseWriter, r *http.Request, peer Peer) {
+				d.handleCacheClear(w, r, peer, tool)
+			}}, true
+		}
+	}
 	if rest, ok := strings.CutPrefix(p, "/v1/tasks/"); ok {
 		if seg, ok := strings.CutSuffix(rest, "/cancel"); ok && seg != "" && !strings.Contains(seg, "/") {
 			task, err := url.PathUnescape(seg)

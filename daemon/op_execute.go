@@ -39,6 +39,12 @@ type execTool struct {
 	// args are what its commands' path elements resolve arguments
 	// against (exec_args.go).
 	args argRoots
+	// writes, when set, is what its commands may change through a
+	// scratch layer (exec_changeset.go).
+	writes *writeSet
+	// cache lists the container paths backed by a cache per principal
+	// (exec_cache.go); such a tool keeps no pool.
+	cache []string
 }
 
 func (e *execTool) close() {
@@ -53,6 +59,9 @@ func (e *execTool) close() {
 	}
 	e.mounts = nil
 	e.args.close()
+	if e.writes != nil {
+		e.writes.close()
+	}
 }
 
 // start mounts the tool's view (it takes the mounts' roots) and fills in
@@ -167,6 +176,10 @@ func buildExec(name string, t *authz.Tool, base *securefs.Root, baseDir string, 
 	if err := e.args.open(key, t, base, basePath, spec.Cwd); err != nil {
 		return fail(err)
 	}
+	if err := e.loadWrites(key, t, base, basePath); err != nil {
+		return fail(err)
+	}
+	e.cache = t.Cache
 	spec.Limits = sandbox.Limits{
 		MemoryBytes: orDefault(t.MemoryMB, authz.DefaultMemoryMB) << 20,
 		Pids:        orDefault(t.Pids, authz.DefaultPids),
@@ -280,8 +293,13 @@ func (c *call) startCold() {
 	ch := make(coldStart, 1)
 	c.prepared = ch
 	runner, spec := c.p.runner, et.spec
+	opt, err := c.createOptions(et)
+	if err != nil {
+		ch <- coldBox{nil, err}
+		return
+	}
 	go func() {
-		box, err := runner.Create(spec)
+		box, err := runner.CreateWith(spec, opt)
 		ch <- coldBox{box, err}
 	}()
 }
@@ -343,7 +361,10 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	}
 	c.d.m.poolGet(c.req.Tool, box != nil && et.pool != nil)
 	if box == nil && createErr == nil {
-		box, createErr = c.p.runner.Create(et.spec)
+		var opt sandbox.CreateOptions
+		if opt, createErr = c.createOptions(et); createErr == nil {
+			box, createErr = c.p.runner.CreateWith(et.spec, opt)
+		}
 	}
 	if createErr != nil {
 		// ENOSPC no_space; EMFILE busy; every container uid in use busy
@@ -358,7 +379,9 @@ func (c *call) runExec(onChunk func(stream string, data []byte)) *outcome {
 	// The box is destroyed, and its pool refilled, once the reply is out
 	// (see sandbox.Box.ExecHeld): pipeline and handleCall release it.
 	c.held = box
+	c.ranAt = time.Now()
 	res, err := box.ExecHeld(c.ctx, argv, c.tool.EffectiveMaxBytes(), emit)
+	c.scratch = box.TakeScratch() // nil without writes; exec_changeset.go reads it
 	if !stopEgress() {
 		return &outcome{reason: api.ReasonAuditUnavailable}
 	}
@@ -410,14 +433,17 @@ type execResult struct {
 	stderr   []byte
 	exitCode *int
 	signal   string // what killed the command, when sluice did not (reason killed)
+	cs       *csRun // what it changed, with writes (exec_changeset.go)
 }
 
 func (r *execResult) wire(res *api.CallResult) {
 	res.ExitCode, res.Signal, res.Stderr = r.exitCode, r.signal, validStderr(r.stderr)
+	r.cs.wire(res)
 }
 
 func (r *execResult) record(rec *audit.Record) {
 	rec.Result.ExitCode, rec.Result.Signal = r.exitCode, r.signal
+	r.cs.record(rec)
 }
 
 func (r *execResult) answered() bool { return r.exitCode != nil || r.signal != "" }

@@ -49,7 +49,9 @@ var operations = map[api.Operation]*opSpec{
 	api.OpMkdir:  {exec: execMkdir},
 	api.OpDelete: {exec: execDelete, show: showFileNow},
 	api.OpExecute: {
-		exec:    func(c *call, onChunk func(string, []byte)) *outcome { return c.runExec(onChunk) },
+		exec: func(c *call, onChunk func(string, []byte)) *outcome {
+			return c.changesetAfter(c.p.exec[c.req.Tool], c.runExec(onChunk))
+		},
 		prepare: (*call).startCold,
 		load:    loadExec,
 	},

@@ -46,6 +46,10 @@ type call struct {
 	// held is an execute call's box once its command has ended: released
 	// (destroyed in the background, its pool refilled) after the reply.
 	held *sandbox.Box
+	// scratch is an execute call's scratch layer once its command has
+	// ended, and ranAt when the command was handed over (exec_changeset.go).
+	scratch *sandbox.Scratch
+	ranAt   time.Time
 	// prepared, when set, is what the operation's prepare began while the
 	// decision was made durable (execute: a box being made, for which the
 	// call holds a container slot); the executor takes it.

@@ -102,6 +102,20 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		p.close()
 		return nil, err
 	}
+	for _, name := range m.ToolNamesAll() {
+		// A command's changeset writes beneath its writes roots as a
+		// write tool would: the same check.
+		if et := p.exec[name]; et != nil && et.writes != nil {
+			if err := rootsAsKernelNames(base, et.writes.wt, et.writes.roots); err != nil {
+				p.close()
+				return nil, fmt.Errorf("manifest: tools.%s.writes.%w", name, err)
+			}
+			if err := files.CheckRoots("tools."+name+".writes.roots", m.Tools[name].Writes.Roots, et.writes.roots, "a command's changeset"); err != nil {
+				p.close()
+				return nil, err
+			}
+		}
+	}
 	// Pools start last, once nothing else can fail the load: they create
 	// containers (tens of ms of CPU each) as soon as they exist.
 	if len(p.exec) > 0 {
@@ -117,6 +131,9 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		p.runner = r
 		for name, et := range p.exec {
 			size := sandbox.PoolSize{Min: m.Tools[name].EffectivePool(), Max: m.Tools[name].EffectivePoolMax()}
+			if len(et.cache) > 0 {
+				size = sandbox.PoolSize{} // its boxes bind the caller's caches (exec_cache.go)
+			}
 			if err := et.start(name, r, size, log); err != nil {
 				p.close()
 				return nil, err

@@ -5,8 +5,10 @@ package daemon
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -14,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/daemon/recovery"
+	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/securefs"
 )
 
@@ -38,6 +41,9 @@ func (d *Daemon) recoverWrites(base *securefs.Root, ledgerPath string) error {
 	if err != nil {
 		return fmt.Errorf("scan the audit ledger for interrupted writes: %w", err)
 	}
+	if err := d.recoverChangesets(base, ledgerPath); err != nil {
+		return err
+	}
 	for _, pw := range pws {
 		for _, tp := range pw.Temps {
 			removed, err := recovery.RemoveTemp(base, tp)
@@ -56,6 +62,69 @@ func (d *Daemon) recoverWrites(base *securefs.Root, ledgerPath string) error {
 		}
 	}
 	return nil
+}
+
+// recoverChangesets reports each changeset a crash interrupted mid-commit
+// (docs/design.md §4, "Commands that write"): which of its changes are on
+// the host (committed) and which are not, each looked at beneath base
+// through fds, in one recovered record per changeset; and it removes the
+// temp files its commits left.
+func (d *Daemon) recoverChangesets(base *securefs.Root, ledgerPath string) error {
+	pcs, err := recovery.PendingChangesets(ledgerPath)
+	if err != nil {
+		return fmt.Errorf("scan the audit ledger for interrupted changesets: %w", err)
+	}
+	for _, pc := range pcs {
+		done := 0
+		for i := range pc.Changes {
+			ch := &pc.Changes[i]
+			tp := path.Join(path.Dir(ch.Path), recovery.ChangesetTempName(pc.CallID, i))
+			if removed, err := recovery.RemoveTemp(base, tp); err != nil {
+				d.log.Warn("could not remove the temp file of an interrupted changeset", "call_id", pc.CallID, "path", tp, "err", err)
+			} else if removed {
+				d.log.Warn("removed the temp file of an interrupted changeset", "call_id", pc.CallID, "path", tp)
+			}
+			ch.Committed = changeOnHost(base, ch)
+			if ch.Committed {
+				done++
+			}
+		}
+		detail := fmt.Sprintf("a changeset interrupted by a crash: %d of %d changes are on the host (committed), the rest are not", done, len(pc.Changes))
+		d.log.Warn("found a changeset a crash interrupted", "call_id", pc.CallID, "committed", done, "changes", len(pc.Changes))
+		if _, err := d.ledger.Append(&audit.Record{Kind: audit.KindRecovered, CallID: pc.CallID,
+			Changes: pc.Changes, Detail: detail}); err != nil {
+			return fmt.Errorf("audit recovered: %w", err)
+		}
+	}
+	return nil
+}
+
+// changeOnHost says whether a change of a changeset is what the host has
+// now: a created or modified file with the new digest, a deleted name
+// gone, a made directory there.
+func changeOnHost(base *securefs.Root, ch *api.Change) bool {
+	pp, err := fileop.ResolveParent(base, ch.Path)
+	if err != nil {
+		return ch.Action == "delete" && errors.Is(err, securefs.ErrNotExist)
+	}
+	defer pp.Close()
+	cur, err := pp.Stat()
+	if err != nil {
+		return false
+	}
+	switch ch.Action {
+	case "create", "modify":
+		if cur.Kind != securefs.KindFile {
+			return false
+		}
+		sum, err := cur.SHA256()
+		return err == nil && sum == ch.SHA256
+	case "delete":
+		return !cur.Exists()
+	case "mkdir":
+		return cur.Kind == securefs.KindDir
+	}
+	return false
 }
 
 // sweepLegacyJournal sweeps the temp journal an older sluiced kept, if

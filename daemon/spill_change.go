@@ -56,7 +56,12 @@ func hiddenChars(ch *api.ApprovalChange) int {
 	_, k := termsafe.Escape(ch.Diff, true)
 	n += k
 	_, k = termsafe.Escape(string(ch.Body), true)
-	return n + k
+	n += k
+	for _, c := range ch.Changes {
+		_, k = termsafe.Escape(c.Path, false)
+		n += k
+	}
+	return n
 }
 
 func isText(b []byte) bool { return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"math"
 	"strconv"
 
@@ -88,6 +89,23 @@ func appendCallResult(b []byte, r *api.CallResult) (_ []byte, ok bool) {
 	if r.NextOffset != nil {
 		b = append(b, `,"next_offset":`...)
 		b = strconv.AppendInt(b, *r.NextOffset, 10)
+	}
+	if len(r.Changes) > 0 {
+		// A command's changeset: rare, and encoding/json's own.
+		c, err := json.Marshal(r.Changes)
+		if err != nil {
+			return b, false
+		}
+		b = append(b, `,"changes":`...)
+		b = append(b, c...)
+	}
+	if r.Committed != nil {
+		b = append(b, `,"committed":`...)
+		b = strconv.AppendBool(b, *r.Committed)
+	}
+	if r.Dropped != 0 {
+		b = append(b, `,"dropped":`...)
+		b = strconv.AppendInt(b, int64(r.Dropped), 10)
 	}
 	return append(b, '}'), true
 }

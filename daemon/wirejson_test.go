@@ -77,6 +77,12 @@ func TestCallResultJSONAllFields(t *testing.T) {
 				t.Fatalf("field %s: a pointer to %s; teach appendCallResult and this test", v.Type().Field(i).Name, p.Elem().Kind())
 			}
 			f.Set(p)
+		case reflect.Slice:
+			if f.Type() != reflect.TypeFor[[]api.Change]() {
+				t.Fatalf("field %s: a slice of %s; teach appendCallResult and this test", v.Type().Field(i).Name, f.Type().Elem())
+			}
+			f.Set(reflect.ValueOf([]api.Change{{Path: "<a\u2028>", Action: "create", Bytes: 3, SHA256: "sha256:x", Committed: true},
+				{Path: "d", Action: "delete", Reason: api.ReasonNeverListed, Rule: "tools.t.writes.never[0]", Detail: "é"}}))
 		default:
 			t.Fatalf("field %s of kind %s: teach appendCallResult and this test", v.Type().Field(i).Name, f.Kind())
 		}

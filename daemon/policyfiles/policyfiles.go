@@ -404,21 +404,32 @@ func (pf *Files) CheckWrites(m *authz.Manifest, roots map[string][]*securefs.Roo
 		if o := authz.LookupOp(t.Operation); o == nil || !o.WritesRoots() {
 			continue // it changes no file beneath its roots
 		}
-		for i, root := range roots[name] {
-			if root == nil {
-				continue // missing: not opened until a reload finds it
-			}
-			id, _, err := statID(int(root.Fd()))
-			runtime.KeepAlive(root)
-			if err != nil {
-				return fmt.Errorf("manifest: tools.%s.roots[%d]: %w", name, i, err)
-			}
-			for _, f := range pf.files {
-				if f.dirs[id] {
-					rp, _ := root.Path()
-					return fmt.Errorf("manifest: tools.%s.roots[%d]: %q (%s) can reach %s, the %s: a %s tool could rewrite the policy; keep the manifest, and every file it names, out of every write and delete root (docs/manifest.md)",
-						name, i, t.Roots[i], rp, f.path, f.what(), t.Operation)
-				}
+		if err := pf.CheckRoots("tools."+name+".roots", t.Roots, roots[name], "a "+string(t.Operation)+" tool"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckRoots refuses roots (key[i] spelled as spelled[i]; nil where a
+// root is missing) of which one can reach the manifest or a file it names:
+// who is the one that could rewrite the policy through them ("a write
+// tool", "a command's changeset").
+func (pf *Files) CheckRoots(key string, spelled []string, roots []*securefs.Root, who string) error {
+	for i, root := range roots {
+		if root == nil {
+			continue // missing: not opened until a reload finds it
+		}
+		id, _, err := statID(int(root.Fd()))
+		runtime.KeepAlive(root)
+		if err != nil {
+			return fmt.Errorf("manifest: %s[%d]: %w", key, i, err)
+		}
+		for _, f := range pf.files {
+			if f.dirs[id] {
+				rp, _ := root.Path()
+				return fmt.Errorf("manifest: %s[%d]: %q (%s) can reach %s, the %s: %s could rewrite the policy; keep the manifest, and every file it names, out of every write and delete root (docs/manifest.md)",
+					key, i, spelled[i], rp, f.path, f.what(), who)
 			}
 		}
 	}

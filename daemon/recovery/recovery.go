@@ -310,3 +310,72 @@ func containsAny(line []byte, pats [][]byte) bool {
 	}
 	return false
 }
+
+// ChangesetTempName is the temporary name the i-th change of call id's
+// changeset commits through, beside its file (daemon/exec_changeset.go):
+// a crash's leftover is found from the changeset record alone.
+func ChangesetTempName(callID string, i int) string {
+	return fileop.TempPrefix + callID + "." + strconv.Itoa(i)
+}
+
+// PendingChangeset is an allowed changeset record (its commit began)
+// without a result record after it: a crash came mid-commit.
+type PendingChangeset struct {
+	CallID  string
+	Changes []api.Change
+}
+
+var kindChangeset = []byte(`"kind":"changeset"`)
+
+// PendingChangesets scans the ledger from the last start record to its
+// end for allowed changeset records with no result record for their call.
+func PendingChangesets(ledgerPath string) ([]PendingChangeset, error) {
+	f, err := os.Open(ledgerPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	from, err := lastStartOffset(f, fi.Size())
+	if err != nil {
+		return nil, err
+	}
+	pending := map[string]*PendingChangeset{}
+	br := bufio.NewReaderSize(io.NewSectionReader(f, from, fi.Size()-from), 1<<20)
+	for {
+		line, err := br.ReadBytes('\n')
+		isCS := bytes.Contains(line, kindChangeset)
+		isResult := !isCS && len(pending) > 0 && bytes.Contains(line, kindResult)
+		if isCS || isResult {
+			var r struct {
+				CallID  string       `json:"call_id"`
+				Kind    string       `json:"kind"`
+				Verdict string       `json:"verdict"`
+				Changes []api.Change `json:"changes"`
+			}
+			if json.Unmarshal(line, &r) == nil && r.CallID != "" {
+				switch {
+				case r.Kind == audit.KindChangeset && r.Verdict == string(api.VerdictAllow):
+					pending[r.CallID] = &PendingChangeset{CallID: r.CallID, Changes: r.Changes}
+				case r.Kind == audit.KindResult:
+					delete(pending, r.CallID)
+				}
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]PendingChangeset, 0, len(pending))
+	for _, pc := range pending {
+		out = append(out, *pc)
+	}
+	slices.SortFunc(out, func(a, b PendingChangeset) int { return strings.Compare(a.CallID, b.CallID) })
+	return out, nil
+}

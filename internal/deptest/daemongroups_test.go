@@ -324,18 +324,22 @@ var pipelineOffers = map[string]string{
 	"meteredLedger.Append":     "the ledger (execute's connection records)",
 	"meteredLedger.Sync":       "the ledger",
 	"meteredLedger.AppendSync": "the ledger",
+	"call.releaseHeld":         "a command's dead box let go before its changeset commits or parks",
+	"cacheSet.get":             "a principal's cache for a box (exec_cache.go)",
+	"cacheKey":                 "as cacheSet.get",
 }
 
 // showKit is what approvals offer an operation's show hook (opSpec.show):
 // the parked call, its body as parked, the file as it is now.
 var showKit = map[string]string{
-	"parked":               "the parked call a show hook is given",
-	"Daemon.parkedContent": "the parked body (spilled or in memory)",
-	"Daemon.currentFile":   "the target as it is now, read beneath its root",
-	"isText":               "whether content can be shown as a diff",
-	"maxDiffInput":         "the most of a file an approval diffs",
-	"parked.shown":         "what the hook read of the file, for the approver's decision to bind to",
-	"parkedView.path":      "the target's path as the call named it",
+	"parked":                     "the parked call a show hook is given",
+	"Daemon.parkedContent":       "the parked body (spilled or in memory)",
+	"Daemon.currentFile":         "the target as it is now, read beneath its root",
+	"isText":                     "whether content can be shown as a diff",
+	"maxDiffInput":               "the most of a file an approval diffs",
+	"parked.shown":               "what the hook read of the file, for the approver's decision to bind to",
+	"parkedView.path":            "the target's path as the call named it",
+	"call.awaitApprovalAfterRun": "the one door a call that has run (a changeset) is parked through",
 }
 
 // fences are the rules between daemon's groups (daemon/doc.go, "# Groups").
@@ -382,6 +386,10 @@ var unitOutsiders = map[string]string{
 	"policy.go execTool.start":   "as execTool",
 	"policy.go execTool.close":   "as execTool",
 	"policy.go execTool.pool":    "as execTool; readiness and the metrics see the pools through policy.pools",
+	"policy.go execTool.cache":   "a tool with caches keeps no pool (its boxes bind the caller's caches)",
+	"policy.go execTool.writes":  "its writes roots are checked against the policy's files as write roots are",
+	"policy.go writeSet.roots":   "as execTool.writes",
+	"policy.go writeSet.wt":      "as execTool.writes: nested writes roots with never are spelled as the kernel names them",
 	"resolve.go call.resolveNet": "a URL target resolves in op_net.go (the net target moves it into resolve)",
 }
 

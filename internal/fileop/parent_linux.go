@@ -208,8 +208,12 @@ type Current struct {
 	UID, GID uint32
 	Nlink    uint64
 	Dev, Ino uint64
-	sum      *lazySum
-	name     string
+	// Ctime is st_ctim in nanoseconds: when the inode last changed (its
+	// content, names or metadata); a changeset's commit requires the
+	// files it changes not to have changed since the command started.
+	Ctime int64
+	sum   *lazySum
+	name  string
 }
 
 // Exists reports whether the name exists (as anything).
@@ -343,12 +347,47 @@ func (p *Parent) Stat() (Current, error) {
 		Nlink: st.Nlink,
 		Dev:   st.Dev,
 		Ino:   st.Ino,
+		Ctime: st.Ctim.Nano(),
 		name:  p.Name,
 	}
 	if c.Kind == securefs.KindFile {
 		c.sum = &lazySum{p: p, dev: st.Dev, ino: st.Ino}
 	}
 	return c, nil
+}
+
+// DirCtime is the parent directory's st_ctim in nanoseconds: it moves
+// whenever a name in it is made, removed or renamed.
+func (p *Parent) DirCtime() (int64, error) {
+	defer runtime.KeepAlive(p)
+	var st unix.Stat_t
+	if err := unix.Fstat(p.fd(), &st); err != nil {
+		return 0, fmt.Errorf("stat the parent of %q: %w", p.Name, err)
+	}
+	return st.Ctim.Nano(), nil
+}
+
+// RemoveDir removes p's final name if it is an empty directory
+// (unlinkat AT_REMOVEDIR in the held parent fd: never a file, never
+// followed), then fsyncs the parent. A name that is not a directory any
+// more is ErrChanged; a directory that is not empty fails ENOTEMPTY; an error from
+// the fsync after the removal wraps ErrNotDurable.
+func RemoveDir(p *Parent) error {
+	defer runtime.KeepAlive(p)
+	cur, err := p.Stat()
+	if err != nil {
+		return err
+	}
+	if cur.Kind != securefs.KindDir {
+		return fmt.Errorf("%q is a %s now, not a directory: %w", p.Name, cur.kindOrAbsent(), ErrChanged)
+	}
+	if err := unix.Unlinkat(p.fd(), p.Name, unix.AT_REMOVEDIR); err != nil {
+		return fmt.Errorf("remove directory %q: %w", p.Name, err)
+	}
+	if err := p.syncDir(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotDurable, err)
+	}
+	return nil
 }
 
 func kindOf(mode uint32) api.Kind {

@@ -178,6 +178,7 @@ func printChange(w io.Writer, a api.Approval, s *screen) {
 	if ch.Body != nil || ch.BodySHA256 != "" {
 		printBody(&b, ch, s)
 	}
+	printChanges(&b, ch.Changes, s)
 	switch {
 	case ch.Binary:
 		fmt.Fprintln(&b, "  (binary content: no diff; compare the digests)")
@@ -206,6 +207,26 @@ func printChange(w io.Writer, a api.Approval, s *screen) {
 		fmt.Fprintf(w, "  ! this change contains %d control/invisible character%s, shown escaped\n", n, plural)
 	}
 	io.WriteString(w, b.String())
+}
+
+// printChanges lists a changeset, one line per change, every one of them
+// (deletions come first from the daemon; never collapsed): an approver
+// must see each file a command would delete.
+func printChanges(b *strings.Builder, cs []api.Change, s *screen) {
+	for _, c := range cs {
+		switch c.Action {
+		case "delete":
+			if c.SHA256 != "" {
+				fmt.Fprintf(b, "  DELETE %s (%d bytes, %s)\n", s.field(c.Path), c.Bytes, s.field(c.SHA256))
+			} else {
+				fmt.Fprintf(b, "  DELETE %s\n", s.field(c.Path))
+			}
+		case "mkdir":
+			fmt.Fprintf(b, "  mkdir  %s\n", s.field(c.Path))
+		default:
+			fmt.Fprintf(b, "  %-6s %s (%d bytes, %s)\n", s.field(c.Action), s.field(c.Path), c.Bytes, s.field(c.SHA256))
+		}
+	}
 }
 
 // printBody shows a post's body: its length and digest, then at most

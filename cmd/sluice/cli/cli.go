@@ -43,6 +43,7 @@ Commands:
                       Decide a waiting call (approvers only); recorded in the audit.
   tasks cancel TASK   Cancel a task: its commands are killed, waiting calls end,
                       no late write commits, new calls are denied task_cancelled.
+  cache clear TOOL    Drop an execute tool's caches (yours; an approver: everyone's).
   audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] FILE
                       Check the audit ledger's hash chain, and that it reaches
                       its anchor (and each --head). Exit 0 intact, 1 broken,
@@ -104,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.decide(false, rest[1:])
 	case "tasks":
 		return e.tasks(rest[1:])
+	case "cache":
+		return e.cache(rest[1:])
 	case "replay":
 		return e.replay(rest[1:])
 	case "mcp":
@@ -289,6 +292,9 @@ func (e *env) call(args []string) int {
 		}
 	}
 	finish()
+	if !*asJSON {
+		printChangeset(e.stderr, res)
+	}
 	switch {
 	case res.Verdict != api.VerdictAllow:
 		if !*asJSON {

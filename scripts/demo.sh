@@ -112,6 +112,24 @@ step "the same tool with a command the manifest does not list" run_tests '{"argv
 step "a tool that tries to reach the network" fetch_status '{}'
 step "a command that prints 50 MB into a 2 KiB cap" noisy '{}'
 
+bold "== commands that write: a scratch layer, then a changeset through the write policy"
+step "a formatter edits src/pkg/util.py in its scratch layer; the change commits as a write would" format_code \
+  '{"argv":["python3","tools/fmt.py","src"]}'
+step "the file as the formatter left it" read_file '{"path":"workspace/src/pkg/util.py"}'
+echo "\$ sluice call tidy_workspace --stream   # the agent: format and delete logs; a human sees the changeset"
+agent call tidy_workspace --args '{"argv":["python3","tools/fmt.py","--drop-logs","src"]}' --stream \
+  >"$tmp/tidy.out" 2>"$tmp/tidy.err" &
+tidy=$!
+for _ in $(seq 400); do ops approvals 2>/dev/null | grep -q tidy_workspace && break; sleep 0.05; done
+tid=$(ops approvals | sed -n 's/^\(a-[0-9A-Z]*\) .*tidy_workspace.*/\1/p' | head -n 1)
+echo "\$ sluice approvals                        # the operator sees every change, each deletion named"
+ops approvals | sed 's/^/  | /'
+echo "\$ sluice deny $tid --note 'keep the logs'"
+ops deny "$tid" --note "keep the logs" | sed 's/^/  | /'
+set +e; wait "$tidy"; set -e
+sed 's/^/  ! /' "$tmp/tidy.err" | tail -n 4
+step "the log is still there: a denied changeset leaves the workspace as it was" stat_file '{"path":"workspace/src/big_log.txt"}'
+
 bold "== a call that needs a human: the agent waits, an operator approves from a second CLI"
 echo "\$ sluice call deploy --stream            # the agent"
 agent call deploy --stream >"$tmp/deploy.out" 2>"$tmp/deploy.err" &

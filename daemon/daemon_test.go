@@ -432,7 +432,7 @@ func TestStream(t *testing.T) {
 	}
 }
 
-func writeManifest(t *testing.T, dir, body string) string {
+func writeManifest(t testing.TB, dir, body string) string {
 	t.Helper()
 	p := filepath.Join(dir, "manifest.json")
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {

@@ -31,7 +31,7 @@ func BenchmarkChangeset200(b *testing.B) {
 	testutil.Must(b, os.MkdirAll(src, 0o755))
 	tool := func(name, commit string) string {
 		return `"` + name + `":{"operation":"execute","mounts":["workspace"],"cwd":"workspace/src","pool":2,
-		  "commands":[["sh","-c",{"any":true}]],"writes":{"roots":["workspace/src"],"commit":"` + commit + `"}}`
+		  "commands":[["sh","-c",{"any":true},{"rest":{"any":true}}]],"writes":{"roots":["workspace/src"],"commit":"` + commit + `"}}`
 	}
 	m := writeManifest(b, base, `{"schema_version":1,"tools":{`+tool("auto", "auto")+","+tool("discard", "discard")+`}}`)
 	c := startB(b, m)

@@ -533,7 +533,28 @@ func (c *call) commitChangeset(run *csRun) api.Reason {
 		return api.ReasonAuditUnavailable
 	}
 	var st unix.Stat_t
+	// Written files' directories are fsynced once each, after the
+	// writes (fileop.WriteOptions.DeferDirSync), and before the result
+	// says they committed: one sync per directory, not per file.
+	unsynced := map[string]*fileop.Parent{}
+	syncDirs := func() {
+		for dir, pp := range unsynced {
+			if err := pp.SyncDir(); err != nil {
+				c.d.log.Error("changeset committed but its directory not durable", "err", err, "call_id", c.id, "dir", dir)
+				for _, ch := range run.changes {
+					if ch.Committed && path.Dir(ch.Path) == dir && ch.Reason == "" {
+						ch.Reason = api.ReasonNotDurable
+					}
+				}
+			}
+		}
+		clear(unsynced)
+	}
+	defer syncDirs()
 	for i, ch := range run.changes {
+		if authz.ChangeAction(ch.Action) == authz.ChangeDelete || authz.ChangeAction(ch.Action) == authz.ChangeMkdir {
+			syncDirs() // a delete or mkdir syncs its own directory; a rename before it in another must be durable first
+		}
 		if err := c.stillLive(); err != nil {
 			ch.Reason = c.reasonOf(err, "commit a changeset")
 			return ch.Reason
@@ -552,7 +573,13 @@ func (c *call) commitChangeset(run *csRun) api.Reason {
 		if err != nil {
 			ch.Reason = api.ReasonNotDurable
 		}
+		if a := authz.ChangeAction(ch.Action); (a == authz.ChangeCreate || a == authz.ChangeModify) && ch.parent != nil {
+			if _, ok := unsynced[path.Dir(ch.Path)]; !ok {
+				unsynced[path.Dir(ch.Path)] = ch.parent
+			}
+		}
 	}
+	syncDirs()
 	run.committed = true
 	for _, ch := range run.changes {
 		if ch.Reason == api.ReasonNotDurable {
@@ -600,8 +627,9 @@ func (c *call) commitOne(run *csRun, i int, ch *change, uid, gid int) error {
 				}
 				return fileop.MatchIfMatchContext(c.ctx, ifMatch, cur)
 			},
-			TempName: recovery.ChangesetTempName(c.id, i),
-			MinFree:  c.d.cfg.MinFree,
+			TempName:     recovery.ChangesetTempName(c.id, i),
+			MinFree:      c.d.cfg.MinFree,
+			DeferDirSync: true, // commitChangeset syncs each directory once
 		})
 		return err
 	case authz.ChangeDelete:

@@ -367,6 +367,10 @@ func (p *Parent) DirCtime() (int64, error) {
 	return st.Ctim.Nano(), nil
 }
 
+// SyncDir fsyncs p's directory: what a caller that deferred the sync of
+// several commits in it (WriteOptions.DeferDirSync) runs once after them.
+func (p *Parent) SyncDir() error { return p.syncDir() }
+
 // RemoveDir removes p's final name if it is an empty directory
 // (unlinkat AT_REMOVEDIR in the held parent fd: never a file, never
 // followed), then fsyncs the parent. A name that is not a directory any

@@ -86,6 +86,12 @@ type WriteOptions struct {
 	// *NoSpaceError (ENOSPC).
 	MinFree Reserve
 
+	// DeferDirSync leaves the directory fsync after the commit to the
+	// caller (Parent.SyncDir), which commits many names in one directory
+	// and syncs it once: until then the new name may not survive a crash
+	// (the file's content does). OnTempDone is not called.
+	DeferDirSync bool
+
 	noTmpfile bool // tests: take the named-temp path O_TMPFILE-less filesystems take
 }
 
@@ -461,6 +467,9 @@ func (t *temp) finish() error {
 		if e := unix.Unlinkat(t.p.fd(), t.name, 0); e != nil && e != unix.ENOENT {
 			err = fmt.Errorf("unlink temp: %w", e)
 		}
+	}
+	if t.opts.DeferDirSync {
+		return err
 	}
 	if e := t.p.syncDir(); e != nil && err == nil {
 		err = e

@@ -739,3 +739,29 @@ func TestWriteTempName(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteDeferDirSync: a write with DeferDirSync commits without a
+// directory fsync (a changeset's commit syncs each directory once, after
+// its writes); Parent.SyncDir is that one sync.
+func TestWriteDeferDirSync(t *testing.T) {
+	f := newFixture(t, securefs.ModeOpenat2)
+	var synced int
+	TestHookSyncDir = func(int) error { synced++; return nil }
+	t.Cleanup(func() { TestHookSyncDir = nil })
+	for _, name := range []string{"new.txt", "new.txt"} { // a create, then an overwrite
+		p := f.parent(t, name)
+		if _, err := Write(p, []byte("x\n"), WriteOptions{Mode: CreateOrOverwrite, DeferDirSync: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if synced != 0 {
+		t.Fatalf("%d directory fsyncs with DeferDirSync, want 0", synced)
+	}
+	p := f.parent(t, "new.txt")
+	if err := p.SyncDir(); err != nil || synced != 1 {
+		t.Fatalf("SyncDir: %v, %d fsyncs", err, synced)
+	}
+	if _, err := Write(p, []byte("y\n"), WriteOptions{Mode: CreateOrOverwrite}); err != nil || synced != 2 {
+		t.Fatalf("a write without DeferDirSync: %v, %d fsyncs, want its own", err, synced)
+	}
+}

@@ -32,10 +32,13 @@ var opExecute = Op{
 		"seccomp", "pool", "pool_max", "max_open_files", "egress"},
 	// The one target is the argv: the arguments the commands' path
 	// elements could match, resolved beneath each element's roots.
-	Targets:  []Target{{Name: "argv", Resolve: ResolveArgs}},
-	Effects:  true,
-	Streams:  true,
-	validate: []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits, validateEgress},
+	Targets: []Target{{Name: "argv", Resolve: ResolveArgs}},
+	// Effects only with egress: without it a command reaches nothing
+	// outside its sandbox, and its mounts are read-only.
+	Effects:    true,
+	effectFree: func(t *Tool) bool { return t.Egress == nil },
+	Streams:    true,
+	validate:   []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits, validateEgress},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var ea api.ExecArgs
 		if err := strictArgs(raw, &ea); err != nil {

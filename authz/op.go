@@ -40,8 +40,16 @@ type Op struct {
 	// resolved beneath the element's roots; its mounts were resolved at
 	// load.
 	Targets []Target
-	// Effects: the decision is durable before the effect starts.
+	// Effects: the operation's calls may have effects outside sluiced
+	// and its sandboxes, so a call's decision is durable before its
+	// effect starts. Whether one call has them is EffectsOf's.
 	Effects bool
+	// effectFree, when set, says that a call of tool t has no effect
+	// although the operation may (execute without egress: its command
+	// reads through its view and writes nothing the host keeps). Such a
+	// call may run while its decision syncs; only its output waits for
+	// the records that explain it (docs/design.md §3).
+	effectFree func(t *Tool) bool
 	// Streams: output events may leave before the result record is
 	// durable (they follow the durable decision). Only commands stream.
 	Streams bool
@@ -118,6 +126,16 @@ func (tg *Target) Value(a OpArgs) *string {
 		return nil
 	}
 	return tg.of(a)
+}
+
+// EffectsOf says whether a call of tool t has effects outside sluiced and
+// its sandboxes: then its decision is durable before the call runs
+// (docs/design.md §3). An unknown tool is taken to have them.
+func (o *Op) EffectsOf(t *Tool) bool {
+	if !o.Effects {
+		return false
+	}
+	return t == nil || o.effectFree == nil || !o.effectFree(t)
 }
 
 // WritesRoots says whether the operation changes files beneath its roots

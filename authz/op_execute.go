@@ -32,10 +32,15 @@ var opExecute = Op{
 		"seccomp", "pool", "pool_max", "max_open_files", "egress", "writes", "cache", "cache_mb"},
 	// The one target is the argv: the arguments the commands' path
 	// elements could match, resolved beneath each element's roots.
-	Targets:  []Target{{Name: "argv", Resolve: ResolveArgs}},
-	Effects:  true,
-	Streams:  true,
-	validate: []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits, validateEgress, validateWrites, validateCache},
+	Targets: []Target{{Name: "argv", Resolve: ResolveArgs}},
+	// Effects only with egress: without it a command reaches nothing
+	// outside its sandbox; its mounts are read-only, and what it writes
+	// stays in its scratch layer until a changeset's commit, which has a
+	// durable record of its own.
+	Effects:    true,
+	effectFree: func(t *Tool) bool { return t.Egress == nil },
+	Streams:    true,
+	validate:   []validator{noRoots, validateCommands, validateMounts, validateCwdEnv, validateLimits, validateEgress, validateWrites, validateCache},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var ea api.ExecArgs
 		if err := strictArgs(raw, &ea); err != nil {

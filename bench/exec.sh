@@ -13,7 +13,12 @@
 # and srt, installed from npm under --rivals-dir (default
 # ~/.cache/sluice-bench/rivals) on first use; srt also needs ripgrep and
 # socat on PATH, and without them it is left out. Every run ends with the
-# goals table of the Performance issue's rows that it measured.
+# goals table of the Performance issue's rows that it measured, each with
+# its goal and PASS or MISS: pooled /bin/true against bwrap and against
+# its floor (one append+fdatasync, then a direct fork/exec, measured in
+# the same run), a pooled cat of 4 KiB against bwrap, cold against runc
+# run, and 8 clients back to back; beside them, the ledger syncs a pooled
+# call waits for (and the --bin-old build's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"

@@ -3,12 +3,16 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,15 +105,18 @@ func noContainersLeft(t *testing.T, runDir string) {
 	}
 }
 
-// TestDurabilityBeforeEffect: for write, edit, move, mkdir, delete and
-// execute, a decision
-// that cannot be appended or made durable denies the call
-// audit_unavailable and the effect does not happen (docs/design.md §3).
-// Without the decision's sync before the effect in pipeline, the sync
-// cases fail: the file is written or deleted, or the command runs (it
-// reads a file through the view, which opens it on the host). A pool-0
-// tool's container is made while the decision syncs (startCold): it must
-// run nothing and be destroyed.
+// TestDurabilityBeforeEffect: for write, edit, move, mkdir, delete and an
+// execute call with egress, a decision that cannot be appended or made
+// durable denies the call audit_unavailable and the effect does not
+// happen (docs/design.md §3). Without the decision's sync before the
+// effect in pipeline, the sync cases fail: the file is written or
+// deleted, or the command runs (it reads a file through the view, which
+// opens it on the host). A pool-0 tool's container is made while the
+// decision syncs (startCold): it must run nothing and be destroyed. An
+// execute call without egress has no effect: it may run while its
+// decision syncs, and a failed sync withholds its output (it ends
+// audit_unavailable); a decision that cannot be appended runs nothing.
+// (TestEffectFreeExecuteHoldsOutput holds the sync instead.)
 func TestDurabilityBeforeEffect(t *testing.T) {
 	testutil.RequireRoot(t)
 	boom := fmt.Errorf("injected: %w", unix.EIO)
@@ -123,7 +130,7 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 		"sync": {Sync: func() error { return boom }},
 	}
 	for _, fault := range []string{"append", "sync"} {
-		for _, op := range []string{"write", "edit", "move", "mkdir", "delete", "execute"} {
+		for _, op := range []string{"write", "edit", "move", "mkdir", "delete", "execute", "execute_egress"} {
 			t.Run(fault+"/"+op, func(t *testing.T) {
 				ledger := captureLedger(t)
 				fx := escapetest.Build(t)
@@ -134,19 +141,22 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 				  "edit_file":{"operation":"edit","roots":["workspace/src"]},
 				  "move_file":{"operation":"move","roots":["workspace/src"]},
 				  "make_dir":{"operation":"mkdir","roots":["workspace/src"]},
-				  "run":{"operation":"execute","commands":[["cat","marker.txt"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0}}}`)
+				  "run":{"operation":"execute","commands":[["cat","marker.txt"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0},
+				  "run_net":{"operation":"execute","commands":[["cat","marker.txt"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0,
+				    "egress":{"hosts":["example.com"]}}}}`)
 				runDir := filepath.Join(t.TempDir(), "run")
 				h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir })
 				src := filepath.Join(fx.Base, "workspace/src")
 				victim := filepath.Join(src, "victim.txt")
 				testutil.Must(t, os.WriteFile(victim, []byte("keep"), 0o644))
 				var w *inotifyWatch
-				if op == "execute" {
+				tool := map[string]string{"execute": "run", "execute_egress": "run_net"}[op]
+				if tool != "" {
 					marker := filepath.Join(src, "marker.txt")
 					testutil.Must(t, os.WriteFile(marker, []byte("ran\n"), 0o644))
 					w = watchPath(t, marker, unix.IN_OPEN)
 					// Control: an allowed run reads the marker, and we see it.
-					if res, _ := h.call("run", map[string]any{}); !res.OK || res.Output == nil || *res.Output != "ran\n" || w.events() == 0 {
+					if res, _ := h.call(tool, map[string]any{}); !res.OK || res.Output == nil || *res.Output != "ran\n" || w.events() == 0 {
 						t.Fatalf("control run: %+v, or its read of the marker was not seen", res)
 					}
 				}
@@ -178,12 +188,20 @@ func TestDurabilityBeforeEffect(t *testing.T) {
 					if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
 						t.Errorf("the delete happened without a durable decision: %q %v", b, err)
 					}
-				case "execute":
-					res, _ = h.call("run", map[string]any{})
+				case "execute_egress":
+					res, _ = h.call("run_net", map[string]any{})
 					if n := w.events(); n != 0 {
-						t.Errorf("the command ran (%d opens of the marker) without a durable decision", n)
+						t.Errorf("the command with egress ran (%d opens of the marker) without a durable decision", n)
 					}
 					noContainersLeft(t, runDir)
+				case "execute":
+					res, _ = h.call("run", map[string]any{})
+					if n := w.events(); fault == "append" && n != 0 {
+						t.Errorf("the command ran (%d opens of the marker) with no decision record", n)
+					}
+					if res.Output != nil || res.OutputB64 != "" || res.Stderr != "" {
+						t.Errorf("output left without a durable decision: %+v", res)
+					}
 				}
 				if res.OK || res.Reason != api.ReasonAuditUnavailable {
 					t.Errorf("result %+v, want audit_unavailable", res)
@@ -448,8 +466,9 @@ func TestFullDiskReserve(t *testing.T) {
 	}
 }
 
-// TestColdCallCancelledWhileDecisionSyncs: a pool-0 call's container is
-// made while its decision syncs (startCold). Cancelled by id before that
+// TestColdCallCancelledWhileDecisionSyncs: a pool-0 call with effects (a
+// command with egress) has its container made while its decision syncs
+// (startCold). Cancelled by id before that
 // sync returns, the call runs nothing, ends cancelled, and leaves no
 // container behind nor its container slot taken: with --max-containers 1
 // the next call runs.
@@ -459,7 +478,8 @@ func TestColdCallCancelledWhileDecisionSyncs(t *testing.T) {
 	fx := escapetest.Build(t)
 	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
-	  "run":{"operation":"execute","commands":[["cat","marker.txt"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0}}}`)
+	  "run":{"operation":"execute","commands":[["cat","marker.txt"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":0,
+	    "egress":{"hosts":["example.com"]}}}}`)
 	runDir := filepath.Join(t.TempDir(), "run")
 	h := start(t, m, securefs.ModeAuto, func(c *Config) { c.RunDir = runDir; c.MaxContainers = 1 })
 	marker := filepath.Join(fx.Base, "workspace/src/marker.txt")
@@ -515,6 +535,221 @@ func TestColdCallCancelledWhileDecisionSyncs(t *testing.T) {
 	noContainersLeft(t, runDir)
 	if res, err := run(); err != nil || !res.OK || w.events() == 0 {
 		t.Errorf("the next call, with the one container slot: %+v %v", res, err)
+	}
+}
+
+// TestEffectFreeExecuteHoldsOutput: an execute call without egress has
+// no effect, so it runs while its decision syncs (docs/design.md §3), but
+// no byte of its output, buffered or streamed, reaches the client before
+// that decision is durable. The decision's sync is held: buffered, the
+// command has run and its result record is appended before the one sync
+// of the call (which covers both records); streamed, the command opens
+// and closes its file (its output is printed) while the sync is held. In
+// both, not a byte (not even the HTTP status line) is on the client's
+// socket until the sync is released; then the output arrives, after the
+// decision event when streamed. A buffered call costs one sync, a
+// streamed one two (its decision's beside the command).
+func TestEffectFreeExecuteHoldsOutput(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, mode := range []string{"buffered", "streamed"} {
+		t.Run(mode, func(t *testing.T) {
+			ledger := captureLedger(t)
+			fx := escapetest.Build(t)
+			testutil.Must(t, os.Chmod(fx.Base, 0o755))
+			m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
+			  "run":{"operation":"execute","commands":[["cat","marker.txt"]],"mounts":["workspace/src"],"cwd":"workspace/src","pool":1}}}`)
+			h := start(t, m, securefs.ModeAuto)
+			marker := filepath.Join(fx.Base, "workspace/src/marker.txt")
+			testutil.Must(t, os.WriteFile(marker, []byte("ran\n"), 0o644))
+			w := watchPath(t, marker, unix.IN_OPEN|unix.IN_CLOSE_NOWRITE)
+			if res, _ := h.call("run", map[string]any{}); !res.OK || res.Output == nil || *res.Output != "ran\n" || w.events() == 0 {
+				t.Fatalf("control run: %+v, or its read of the marker was not seen", res)
+			}
+
+			var resultAppended atomic.Bool
+			var syncs atomic.Int32
+			entered, release := make(chan struct{}), make(chan struct{})
+			var released atomic.Bool
+			defer func() {
+				if released.CompareAndSwap(false, true) {
+					close(release)
+				}
+			}()
+			ledger.Load().SetFaults(audit.Faults{
+				Append: func(r *audit.Record) error {
+					if r.Kind == audit.KindResult {
+						resultAppended.Store(true)
+					}
+					return nil
+				},
+				Sync: func() error {
+					if syncs.Add(1) == 1 {
+						close(entered) // the call's first sync: hold it
+						<-release
+					}
+					return nil
+				},
+			})
+			conn := rawCall(t, h.socket, `{"tool":"run","args":{},"stream":`+fmt.Sprint(mode == "streamed")+`}`)
+			waitClosed(t, entered, "the call's first sync")
+			if mode == "buffered" {
+				// Its first sync follows its result record: the command
+				// ran and ended without waiting for its decision's sync.
+				if !resultAppended.Load() {
+					t.Fatal("the buffered call synced before its command ran: its first sync came before its result record")
+				}
+			} else {
+				// The command runs while its decision's sync is held: it
+				// opens the marker and, having printed it, closes it.
+				w.waitEvents(t, 2, "the command's open and close of the marker while its decision's sync is held")
+			}
+			if n := pending(t, conn); n != 0 {
+				t.Fatalf("%d bytes reached the client before the decision was durable", n)
+			}
+			released.Store(true)
+			close(release)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("status %d %v: %s", resp.StatusCode, err, body)
+			}
+			if mode == "buffered" {
+				var res api.CallResult
+				if err := json.Unmarshal(body, &res); err != nil || !res.OK || res.Output == nil || *res.Output != "ran\n" {
+					t.Fatalf("result %s %v", body, err)
+				}
+			} else {
+				var kinds []string
+				var out string
+				for _, line := range bytes.Split(bytes.TrimSpace(body), []byte("\n")) {
+					var ev api.Event
+					if err := json.Unmarshal(line, &ev); err != nil {
+						t.Fatalf("event %q: %v", line, err)
+					}
+					kinds = append(kinds, ev.Event)
+					out += ev.Data
+					if ev.Event == api.EventResult && !ev.OK {
+						t.Fatalf("result event %s", line)
+					}
+				}
+				if len(kinds) < 3 || kinds[0] != api.EventDecision || kinds[len(kinds)-1] != api.EventResult || out != "ran\n" {
+					t.Fatalf("events %v, output %q: want decision, output, result", kinds, out)
+				}
+			}
+			want := map[string]int32{"buffered": 1, "streamed": 2}[mode]
+			if n := syncs.Load(); n != want {
+				t.Errorf("%d syncs for a %s call, want %d", n, mode, want)
+			}
+		})
+	}
+}
+
+// TestEffectFreeExecuteSyncFails: when the decision of an execute call
+// without egress, which runs while that decision syncs, cannot be made
+// durable, the call ends audit_unavailable and none of its output
+// leaves, buffered or streamed.
+func TestEffectFreeExecuteSyncFails(t *testing.T) {
+	testutil.RequireRoot(t)
+	for _, mode := range []string{"buffered", "streamed"} {
+		t.Run(mode, func(t *testing.T) {
+			ledger := captureLedger(t)
+			fx := escapetest.Build(t)
+			testutil.Must(t, os.Chmod(fx.Base, 0o755))
+			m := writeManifest(t, fx.Base, `{"schema_version":1,"tools":{
+			  "run":{"operation":"execute","commands":[["sh","-c","echo out; echo err >&2"]],"pool":1}}}`)
+			h := start(t, m, securefs.ModeAuto)
+			if res, _ := h.call("run", map[string]any{}); !res.OK || res.Output == nil || *res.Output != "out\n" {
+				t.Fatalf("control run: %+v", res)
+			}
+			ledger.Load().SetFaults(audit.Faults{Sync: func() error { return fmt.Errorf("injected: %w", unix.EIO) }})
+			req := api.CallRequest{Tool: "run", Args: json.RawMessage(`{}`)}
+			if mode == "buffered" {
+				res, err := h.c.Call(context.Background(), req)
+				if err != nil || res.OK || res.Reason != api.ReasonAuditUnavailable || res.Output != nil || res.OutputB64 != "" || res.Stderr != "" {
+					t.Fatalf("result %+v %v, want audit_unavailable and no output", res, err)
+				}
+				return
+			}
+			var events []api.Event
+			res, err := h.c.Stream(context.Background(), req, func(ev api.Event) error {
+				events = append(events, ev)
+				return nil
+			})
+			if err != nil || res.OK || res.Reason != api.ReasonAuditUnavailable || res.Stderr != "" {
+				t.Fatalf("result %+v %v, want audit_unavailable", res, err)
+			}
+			for _, ev := range events {
+				if ev.Event == api.EventOutput || ev.Data != "" || ev.DataB64 != "" {
+					t.Errorf("output left without a durable decision: %s", ev.Raw)
+				}
+			}
+		})
+	}
+}
+
+// rawCall sends a call's request on a connection of its own and returns
+// the connection, its response unread.
+func rawCall(t *testing.T, socket, body string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	req := fmt.Sprintf("POST /v1/calls HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// pending is how many bytes wait unread on conn, without reading them.
+func pending(t *testing.T, conn net.Conn) int {
+	t.Helper()
+	rc, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var rerr error
+	if err := rc.Control(func(fd uintptr) {
+		n, rerr = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	}); err != nil || rerr != nil {
+		t.Fatal(err, rerr)
+	}
+	return n
+}
+
+// waitClosed waits for ch to close, failing the test if that takes longer
+// than any healthy run would.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waited 30 s for %s", what)
+	}
+}
+
+// waitEvents waits (blocking on the inotify fd) until at least n events
+// of w were queued in all.
+func (w *inotifyWatch) waitEvents(t *testing.T, n int, what string) {
+	t.Helper()
+	got := 0
+	for got < n {
+		fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLIN}}
+		k, err := unix.Poll(fds, 30_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || k == 0 {
+			t.Fatalf("%s: %d of %d events after 30 s: %v", what, got, n, err)
+		}
+		got += w.events()
 	}
 }
 

@@ -275,7 +275,9 @@ type coldBox struct {
 type coldStart chan coldBox
 
 // startCold begins making an allowed execute call's box while its
-// decision is made durable, when its tool keeps no pool (every call
+// decision is made durable (a call with effects, a command with egress:
+// an effect-free call does not wait for that sync, and runExec makes its
+// box at once), when its tool keeps no pool (every call
 // starts cold) and a container slot is free at once: the container's
 // start, the longest part of a cold call, then overlaps the decision's
 // fdatasync instead of following it. Making a box has no effect outside

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -94,6 +95,8 @@ func (c *call) endReason() api.Reason {
 		return api.ReasonShutdown
 	case errClientGone: // nobody to tell, but the ledger says so
 		return api.ReasonCancelled
+	case errAuditLost:
+		return api.ReasonAuditUnavailable
 	}
 	return api.ReasonInternalError
 }
@@ -146,11 +149,16 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 
 // pipeline is docs/design.md §1 steps 2-9 for buffered and streamed calls alike.
 //
-// Durability: the decision is appended before anything runs. For
-// operations with effects (write, delete, execute) it is made durable
-// before the effect starts. Nothing leaves the daemon before the records
-// that explain it are durable, except the output events of a streamed
-// command, which follow its durable decision.
+// Durability (docs/design.md §3): the decision is appended before
+// anything runs. For a call with effects (a write, delete, fetch or post,
+// a command with egress: authz.Op.EffectsOf) it is made durable before
+// the effect starts. An effect-free call runs while its decision waits
+// for its sync: buffered, the one sync after its result record makes
+// both durable; streamed (a command's output), its decision syncs beside
+// the command and its first event waits for that sync (durableGate).
+// Nothing leaves the daemon before the records that explain it are
+// durable, except the output events of a streamed command, which follow
+// its durable decision.
 func (c *call) pipeline(em emitter) {
 	c.areq.Principal, _ = c.p.m.Identify(c.peer.UID, c.peer.GID)
 	c.resolve()
@@ -171,13 +179,12 @@ func (c *call) pipeline(em emitter) {
 		return
 	}
 	streaming := c.op.Streams && em.streams()
-	// A buffered read or list has no effect and sends nothing before its
-	// result, so its decision is only appended here (written, in the
-	// ledger's order, before the read) and the one fdatasync after the
-	// result record below makes both durable before either leaves the
-	// daemon: within docs/design.md §3, with one sync per call, shared by
-	// group commit, instead of two.
-	if c.op.Effects || streaming {
+	var onChunk func(string, []byte)
+	var gate *durableGate
+	switch {
+	case c.op.EffectsOf(c.tool):
+		// The effect waits for the durable decision; what has none
+		// (execute: a cold container made) overlaps the sync.
 		if c.op.prepare != nil {
 			c.op.prepare(c)
 		}
@@ -186,16 +193,33 @@ func (c *call) pipeline(em emitter) {
 			c.finishDenied(em, 0)
 			return
 		}
+		if streaming {
+			em.decision(c.decisionEvent())
+			onChunk = em.output
+		}
+	case streaming:
+		// An effect-free command starts now; its events wait for its
+		// decision's sync, which runs beside it (group commit).
+		gate = c.syncBeside(seq, em)
+		onChunk = gate.output
 	}
-	var onChunk func(string, []byte)
-	if streaming {
-		em.decision(c.decisionEvent())
-		onChunk = em.output
-	}
+	// A buffered effect-free call (a read, list, search, a command
+	// without egress) sends nothing before its result, so its decision
+	// is only appended here (written, in the ledger's order, before it
+	// runs) and the one fdatasync after the result record below makes
+	// both durable before either leaves the daemon: one sync per call,
+	// shared by group commit, instead of two.
 	began := time.Now()
 	o := c.op.exec(c, onChunk)
 	c.d.m.executed(c, time.Since(began))
 	c.closeHandles()
+	if gate != nil && !gate.close() {
+		// The decision could not be made durable: the command was
+		// killed, and nothing it printed leaves.
+		c.failClosed()
+		c.finishDenied(em, 0)
+		return
+	}
 	rseq, err := c.auditResult(o)
 	if err == nil {
 		err = c.d.ledger.Sync(rseq)
@@ -225,6 +249,85 @@ func (c *call) pipeline(em emitter) {
 	}
 	c.releaseHeld()
 	c.d.m.called(c, o)
+}
+
+// durableGate holds a streamed effect-free call's events until its
+// decision, synced beside the running command, is durable: then the
+// decision event goes out, and every output event after it; if the
+// sync fails the call's context ends (the command is killed) and no
+// event leaves. It blocks the command's output rather than buffering it
+// (the sandbox serializes the chunks and the pipes hold what the command
+// prints meanwhile), so nothing is dropped or reordered and memory stays
+// bounded.
+type durableGate struct {
+	c    *call
+	em   emitter
+	done chan struct{} // closed when the sync has returned
+	err  error         // its error, read after done
+
+	mu     sync.Mutex
+	sent   bool // the decision event is out
+	closed bool // the command has ended: a late chunk is not sent
+}
+
+// errAuditLost ends a call whose decision could not be made durable
+// while its command ran.
+var errAuditLost = errors.New("the call's decision could not be made durable")
+
+// syncBeside starts making the decision seq durable beside the call.
+func (c *call) syncBeside(seq uint64, em emitter) *durableGate {
+	g := &durableGate{c: c, em: em, done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		if g.err = c.d.ledger.Sync(seq); g.err != nil {
+			c.stop(errAuditLost)
+			return
+		}
+		// The decision goes out once durable, as a call with effects
+		// sends it: the caller learns it was allowed (and its call id,
+		// to cancel it by) while the command runs.
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if !g.closed {
+			g.sendDecision()
+		}
+	}()
+	return g
+}
+
+// output is the command's chunk callback: each chunk waits for the
+// durable decision, and goes out after the decision event.
+func (g *durableGate) output(stream string, data []byte) {
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err != nil || g.closed {
+		return // withheld: the call ends audit_unavailable
+	}
+	g.sendDecision()
+	g.em.output(stream, data)
+}
+
+// close ends the command's events once it has ended: it waits for the
+// decision's sync and reports whether it succeeded; then the decision
+// event is out, before the result.
+func (g *durableGate) close() bool {
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	if g.err != nil {
+		return false
+	}
+	g.sendDecision()
+	return true
+}
+
+func (g *durableGate) sendDecision() {
+	if !g.sent {
+		g.sent = true
+		g.em.decision(g.c.decisionEvent())
+	}
 }
 
 // releaseAfter bounds how long an execute call's dead box waits for its

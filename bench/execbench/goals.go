@@ -43,10 +43,10 @@ func printGoals(note string) {
 		verdict := "—"
 		if g.goal != "" {
 			all++
-			verdict = "not met"
+			verdict = "MISS"
 			if g.met {
 				met++
-				verdict = "met"
+				verdict = "PASS"
 			}
 		} else {
 			g.goal = "—"

@@ -122,6 +122,9 @@ func (r *Runner) bindCache(rfd int, c CacheBind, uid uint32) (*os.File, error) {
 	runtime.KeepAlive(userns)
 	if err != nil {
 		unix.Close(tree)
+		if err == unix.EINVAL {
+			return nil, fmt.Errorf("mount_setattr idmap: %w (a cache is an idmapped tmpfs, which needs Linux 6.3 or later)", err)
+		}
 		return nil, fmt.Errorf("mount_setattr idmap: %w", err)
 	}
 	target, err := makeTarget(rfd, c.Dest, true)

@@ -188,6 +188,12 @@ func openBeneathPath(dirfd int, rel string, flags int) (int, error) {
 // the kernel as an fd (FSCONFIG_SET_FD), none by path. The upper root
 // gets the mode and owner the view presents for the entry, so the
 // merged root looks like the view's.
+//
+// The layers are given as fds (lowerdir+, upperdir, workdir with
+// FSCONFIG_SET_FD, Linux 6.8 and later); a kernel that does not take them
+// (Debian 12's 6.1) gets each as the /proc/self/fd path of the same fd,
+// which overlayfs resolves when the superblock is made, in this process:
+// either way no path a workspace controls is named.
 func bindOverlay(rfd int, m Mount, s *Scratch, i int) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(m.File.Fd()), &st); err != nil {
@@ -234,13 +240,8 @@ func bindOverlay(rfd int, m Mount, s *Scratch, i int) (*os.File, error) {
 			return nil, fmt.Errorf("overlay %s=%s: %w", kv[0], kv[1], err)
 		}
 	}
-	for _, l := range []struct {
-		key string
-		fd  int
-	}{{"lowerdir+", lower}, {"upperdir", upper}, {"workdir", work}} {
-		if err := unix.FsconfigSetFd(ov, l.key, l.fd); err != nil {
-			return nil, fmt.Errorf("overlay %s: %w", l.key, err)
-		}
+	if err := setLayers(ov, lower, upper, work); err != nil {
+		return nil, err
 	}
 	if err := unix.FsconfigCreate(ov); err != nil {
 		return nil, fmt.Errorf("create overlay: %w", err)
@@ -280,4 +281,36 @@ func (b *Box) dropScratch() {
 	if s := b.TakeScratch(); s != nil {
 		s.Close()
 	}
+}
+
+// testLegacyLayers, set by tests only, gives the layers as
+// /proc/self/fd paths, as on a kernel without fd-valued layer options.
+var testLegacyLayers bool
+
+// setLayers gives an overlay context its lower, upper and work dirs.
+func setLayers(ov, lower, upper, work int) error {
+	if !testLegacyLayers {
+		err := unix.FsconfigSetFd(ov, "lowerdir+", lower)
+		if err == nil {
+			if err = unix.FsconfigSetFd(ov, "upperdir", upper); err == nil {
+				err = unix.FsconfigSetFd(ov, "workdir", work)
+			}
+			if err != nil {
+				return fmt.Errorf("overlay layers: %w", err)
+			}
+			return nil
+		}
+		if err != unix.EINVAL { // an unknown key, or one that takes no fd: EINVAL
+			return fmt.Errorf("overlay lowerdir+: %w", err)
+		}
+	}
+	for _, l := range []struct {
+		key string
+		fd  int
+	}{{"lowerdir", lower}, {"upperdir", upper}, {"workdir", work}} {
+		if err := unix.FsconfigSetString(ov, l.key, "/proc/self/fd/"+strconv.Itoa(l.fd)); err != nil {
+			return fmt.Errorf("overlay %s: %w", l.key, err)
+		}
+	}
+	return nil
 }

@@ -116,7 +116,18 @@ func sum(s string) string {
 // makes a directory in a writable mount, as its own uid (which owns
 // nothing there); the host's files stay as they were, and the scratch
 // layer reads as exactly those changes.
-func TestScratchChangeset(t *testing.T) {
+func TestScratchChangeset(t *testing.T) { scratchChangeset(t) }
+
+// TestScratchChangesetLegacyLayers: the same, with the layers given as
+// /proc/self/fd paths, as on a kernel without fd-valued overlay layer
+// options (Debian 12's 6.1).
+func TestScratchChangesetLegacyLayers(t *testing.T) {
+	testLegacyLayers = true
+	defer func() { testLegacyLayers = false }()
+	scratchChangeset(t)
+}
+
+func scratchChangeset(t *testing.T) {
 	r := newRunner(t)
 	f := newScratchFixture(t, r)
 	before := digests(t, f.ws)

@@ -215,6 +215,14 @@ func (e *streamEmitter) result(res api.CallResult) {
 		return
 	}
 	res.Output, res.OutputB64 = nil, ""
-	e.send(api.ResultEvent{Event: api.EventResult, CallResult: res})
+	if b, ok := appendCallResult(make([]byte, 0, 384+len(res.Stderr)), &res); ok {
+		// A ResultEvent as Marshal writes it (wirejson.go), without
+		// reflection: the event's field, then the result's.
+		e.buf = append(e.buf, `{"event":"result",`...)
+		e.buf = append(e.buf, b[1:]...)
+		e.buf = append(e.buf, '\n')
+	} else {
+		e.send(api.ResultEvent{Event: api.EventResult, CallResult: res})
+	}
 	e.end()
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"strconv"
 	"time"
 
@@ -55,8 +57,8 @@ func (c *Client) StreamDirect(ctx context.Context, req api.CallRequest, fn func(
 type directConn struct {
 	nc   net.Conn
 	br   *bufio.Reader
-	buf  []byte        // the event scanner's buffer, reused
-	rest io.ReadCloser // the last response's body past its result event, not yet read to its end
+	buf  []byte    // the event scanner's buffer, reused
+	rest io.Reader // the last response's body past its result event, not yet read to its end
 	used time.Time
 }
 
@@ -167,20 +169,21 @@ func (c *Client) stream(ctx context.Context, dc *directConn, msg []byte, fn func
 	if _, err := dc.nc.Write(msg); err != nil {
 		return nil, false, err
 	}
-	resp, err := http.ReadResponse(dc.br, &http.Request{Method: http.MethodPost})
+	h, err := readHead(dc.br)
 	if err != nil {
 		return nil, true, fmt.Errorf("connect to sluiced at %s: %w", c.Socket, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		data, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		keep = rerr == nil && !resp.Close && resp.ContentLength == int64(len(data))
-		return nil, true, apiError(resp.StatusCode, data)
+	body := h.body(dc.br)
+	if h.status != http.StatusOK {
+		data, rerr := io.ReadAll(io.LimitReader(body, 1<<20))
+		keep = rerr == nil && !h.close && h.length == int64(len(data))
+		return nil, true, apiError(h.status, data)
 	}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(body)
 	sc.Buffer(dc.buf, 256<<20)
 	for sc.Scan() {
 		var ev api.Event
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+		if err := decodeEvent(sc.Bytes(), &ev); err != nil {
 			return nil, true, fmt.Errorf("bad event from sluiced: %w", err)
 		}
 		if fn != nil {
@@ -190,10 +193,10 @@ func (c *Client) stream(ctx context.Context, dc *directConn, msg []byte, fn func
 		}
 		if ev.Event == api.EventResult {
 			r := ev.CallResult
-			// The body's last chunk is read when dc is next used: by
-			// then it has come, and this call's result is not held
-			// back for it.
-			dc.rest, keep = resp.Body, !resp.Close
+			// What is left of the body (with chunked framing, its last
+			// chunk) is read when dc is next used: by then it has come,
+			// and this call's result is not held back for it.
+			dc.rest, keep = body, !h.close && h.length != -1
 			return &r, true, nil
 		}
 	}
@@ -201,4 +204,121 @@ func (c *Client) stream(ctx context.Context, dc *directConn, msg []byte, fn func
 		return nil, true, err
 	}
 	return nil, true, errors.New("stream ended without a result event")
+}
+
+// head is what StreamDirect reads of a response's status line and header:
+// sluiced's responses are HTTP/1.1 with a Content-Length or chunked.
+type head struct {
+	status  int
+	length  int64 // the body's length; -1: until the connection closes
+	chunked bool
+	close   bool // the connection ends with this response
+}
+
+// readHead reads a response's status line and header fields from br,
+// keeping only the fields that frame the body.
+func readHead(br *bufio.Reader) (head, error) {
+	h := head{length: -1}
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return h, err
+	}
+	line = bytes.TrimRight(line, "\r\n")
+	proto, rest, _ := bytes.Cut(line, []byte(" "))
+	code, _, _ := bytes.Cut(rest, []byte(" "))
+	if !bytes.HasPrefix(proto, []byte("HTTP/1.")) || len(code) != 3 {
+		return h, fmt.Errorf("malformed HTTP response %q", line)
+	}
+	if h.status, err = strconv.Atoi(string(code)); err != nil || h.status < 200 {
+		return h, fmt.Errorf("malformed HTTP status %q", line)
+	}
+	h.close = string(proto) == "HTTP/1.0"
+	for n := 0; ; n++ {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return h, err
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			break
+		}
+		if n > 100 {
+			return h, errors.New("too many HTTP header fields")
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return h, fmt.Errorf("malformed HTTP header field %q", line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if h.length, err = strconv.ParseInt(string(value), 10, 64); err != nil || h.length < 0 {
+				return h, fmt.Errorf("malformed Content-Length %q", value)
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			if !bytes.EqualFold(value, []byte("chunked")) {
+				return h, fmt.Errorf("unsupported Transfer-Encoding %q", value)
+			}
+			h.chunked = true
+		case bytes.EqualFold(name, []byte("Connection")):
+			if bytes.EqualFold(value, []byte("close")) {
+				h.close = true
+			}
+		}
+	}
+	if h.chunked {
+		h.length = 0 // framed by its chunks: neither counted nor till close
+	}
+	return h, nil
+}
+
+// body reads the response's body from br and ends (io.EOF) where it
+// does, the connection then at the next response.
+func (h head) body(br *bufio.Reader) io.Reader {
+	switch {
+	case h.chunked:
+		return &chunkedBody{r: httputil.NewChunkedReader(br), br: br}
+	case h.length >= 0:
+		return io.LimitReader(br, h.length)
+	}
+	return br
+}
+
+// chunkedBody is a chunked body to its end: its chunks, then the trailer
+// after the last one (net/http's reader stops before it).
+type chunkedBody struct {
+	r   io.Reader
+	br  *bufio.Reader
+	end error
+}
+
+func (b *chunkedBody) Read(p []byte) (int, error) {
+	if b.end != nil {
+		return 0, b.end
+	}
+	n, err := b.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		err = readTrailer(b.br)
+		if err == nil {
+			err = io.EOF
+		}
+		b.end = err
+	}
+	return n, err
+}
+
+func readTrailer(br *bufio.Reader) error {
+	for n := 0; n < 100; n++ {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			return nil
+		}
+	}
+	return errors.New("too many HTTP trailer fields")
 }

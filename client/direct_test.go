@@ -69,6 +69,17 @@ func (f *fakeSluiced) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad request", http.StatusBadRequest)
 		return
 	}
+	if req.Task == "length" {
+		// As sluiced sends a call none of whose events was live: one
+		// body with a Content-Length.
+		b := []byte(`{"event":"decision","call_id":"c1","verdict":"allow"}` + "\n" +
+			`{"event":"output","stream":"stdout","data":"hel\u006co"}` + "\n" +
+			`{"event":"result","call_id":"c1","verdict":"allow","reason":"allowed","ok":true,"bytes":5}` + "\n")
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+		w.Write(b)
+		return
+	}
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	fmt.Fprintln(w, `{"event":"decision","call_id":"c1","verdict":"allow"}`)
@@ -89,7 +100,11 @@ func TestStreamDirectKeepsOneConnection(t *testing.T) {
 	defer c.Close()
 	for i := range 20 {
 		var out string
-		res, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, func(ev api.Event) error {
+		task := "" // chunked, and with a Content-Length, in turn
+		if i%2 == 1 {
+			task = "length"
+		}
+		res, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t", Task: task}, func(ev api.Event) error {
 			out += ev.Data
 			return nil
 		})

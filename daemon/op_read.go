@@ -136,6 +136,12 @@ func readFile(h *securefs.Handle, limit int64, refuseLinks bool) ([]byte, bool, 
 		if err != nil {
 			return nil, false, 0, err
 		}
+		if n < len(buf) && st.Size > 0 && int64(n) >= st.Size && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			// A short read of a regular file that has given all fstat
+			// said it holds is at its end: no read(2) to be told so.
+			// (procfs reports size 0, and is read to its end.)
+			break
+		}
 		if n == len(buf) {
 			if int64(n) > limit {
 				break

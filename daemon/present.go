@@ -3,13 +3,16 @@
 package daemon
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/internal/jsonenc"
 )
 
 // opaque says whether the caller may see only that it was denied
@@ -102,31 +105,69 @@ func (e *bufferedEmitter) result(res api.CallResult) {
 }
 
 // streamEmitter writes application/x-ndjson, one event per line.
+//
+// Events that need not reach the caller at once (see live) are collected
+// in buf; a call none of whose events was live sends them all at its end
+// as one body with a Content-Length, in one write with its header where
+// it fits: no chunk framing, and no last chunk written after the handler
+// returns, for the caller to wait on. Once an event is live the response
+// is chunked and each event is written as it comes, buf first.
 type streamEmitter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	timeout time.Duration
 	c       *call
-	enc     *json.Encoder
+	buf     []byte // events not yet written
+	started bool   // the header is written: events go out as they come
 }
 
 func (e *streamEmitter) streams() bool { return true }
 
+// send appends v's line to buf.
 func (e *streamEmitter) send(v any) {
-	if e.enc == nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	e.buf = append(e.buf, buf.Bytes()...)
+}
+
+// flush writes buf now, the header first (chunked) if it is not yet out.
+func (e *streamEmitter) flush() {
+	if !e.started {
+		e.started = true
 		e.w.Header().Set("Content-Type", "application/x-ndjson")
 		e.w.WriteHeader(http.StatusOK)
-		e.enc = json.NewEncoder(e.w)
-		e.enc.SetEscapeHTML(false)
 	}
 	_ = e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
-	_ = e.enc.Encode(v)
+	if len(e.buf) > 0 {
+		_, _ = e.w.Write(e.buf)
+		e.buf = e.buf[:0]
+	}
+	_ = e.rc.Flush()
+}
+
+// end writes the last event and everything before it that is not yet out.
+func (e *streamEmitter) end() {
+	if e.started {
+		e.flush()
+		return
+	}
+	h := e.w.Header()
+	h.Set("Content-Type", "application/x-ndjson")
+	h.Set("Content-Length", strconv.Itoa(len(e.buf)))
+	e.started = true
+	_ = e.rc.SetWriteDeadline(time.Now().Add(e.timeout))
+	e.w.WriteHeader(http.StatusOK)
+	_, _ = e.w.Write(e.buf)
+	e.buf = nil
+	_ = e.rc.Flush()
 }
 
 // live says whether an event must reach the caller at once: a pending
 // decision (the caller waits for a human), and a command's decision and
 // output, which stream while it runs. Every other call's events are sent
-// back to back at its end, so they leave in one write with its result.
+// back to back at its end, in one response body with its result.
 func (e *streamEmitter) live(ev api.DecisionEvent) bool {
 	return ev.Verdict == api.VerdictPending || e.streaming()
 }
@@ -138,20 +179,27 @@ func (e *streamEmitter) streaming() bool {
 func (e *streamEmitter) decision(ev api.DecisionEvent) {
 	e.send(ev)
 	if e.live(ev) {
-		_ = e.rc.Flush()
+		e.flush()
 	}
 }
 
 func (e *streamEmitter) output(stream string, data []byte) {
-	ev := api.OutputEvent{Event: api.EventOutput, Stream: stream}
 	if utf8.Valid(data) {
-		ev.Data = string(data)
+		// An OutputEvent without reflection; its strings as Marshal
+		// writes them (HTML-escaped, as a buffered result's output is),
+		// which `sluice mcp` can put in its own message as they are.
+		e.buf = append(e.buf, `{"event":"output","stream":`...)
+		e.buf = jsonenc.AppendString(e.buf, stream)
+		if len(data) > 0 {
+			e.buf = append(e.buf, `,"data":`...)
+			e.buf = jsonenc.AppendString(e.buf, string(data))
+		}
+		e.buf = append(e.buf, "}\n"...)
 	} else {
-		ev.DataB64 = base64.StdEncoding.EncodeToString(data)
+		e.send(api.OutputEvent{Event: api.EventOutput, Stream: stream, DataB64: base64.StdEncoding.EncodeToString(data)})
 	}
-	e.send(ev)
 	if e.streaming() {
-		_ = e.rc.Flush()
+		e.flush()
 	}
 }
 
@@ -163,10 +211,18 @@ func (e *streamEmitter) result(res api.CallResult) {
 			Event string `json:"event"`
 			api.OpaqueDenial
 		}{api.EventResult, api.OpaqueDenial{CallID: res.CallID, Verdict: res.Verdict, Reason: res.Reason}})
-		_ = e.rc.Flush()
+		e.end()
 		return
 	}
 	res.Output, res.OutputB64 = nil, ""
-	e.send(api.ResultEvent{Event: api.EventResult, CallResult: res})
-	_ = e.rc.Flush()
+	if b, ok := appendCallResult(make([]byte, 0, 384+len(res.Stderr)), &res); ok {
+		// A ResultEvent as Marshal writes it (wirejson.go), without
+		// reflection: the event's field, then the result's.
+		e.buf = append(e.buf, `{"event":"result",`...)
+		e.buf = append(e.buf, b[1:]...)
+		e.buf = append(e.buf, '\n')
+	} else {
+		e.send(api.ResultEvent{Event: api.EventResult, CallResult: res})
+	}
+	e.end()
 }

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"io"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/jsonenc"
 )
 
 // A call's output is the bulk of its tools/call response, and the SDK
@@ -48,10 +49,8 @@ func (o *outputs) text(s string) string {
 	if o == nil || len(s) < spliceMin {
 		return s
 	}
-	enc, err := json.Marshal(s)
-	if err != nil {
-		return s
-	}
+	// Marshal's bytes for s, without its reflection and second copy.
+	enc := jsonenc.AppendString(make([]byte, 0, len(s)+len(s)/8+2), s)
 	var r [16]byte
 	_, _ = rand.Read(r[:])
 	tok := tokenPrefix[1:] + hex.EncodeToString(r[:])

@@ -338,6 +338,11 @@ type Structured struct {
 	SHA256    string      `json:"sha256,omitempty"`
 	// HTTPStatus is a fetch's or post's response status.
 	HTTPStatus int `json:"http_status,omitempty"`
+	// Changes, Committed and Dropped are a command's changeset (an
+	// execute tool with writes).
+	Changes   []api.Change `json:"changes,omitempty"`
+	Committed *bool        `json:"committed,omitempty"`
+	Dropped   int          `json:"dropped,omitempty"`
 }
 
 const outputSchema = `{"type":"object",
@@ -350,7 +355,13 @@ const outputSchema = `{"type":"object",
   "exit_code":{"type":"integer","description":"an execute tool's exit code"},
   "call_id":{"type":"string","description":"the call's id in sluiced's audit ledger"},
   "sha256":{"type":"string","description":"a write's new content digest (its next if_match), or what a delete removed"},
-  "http_status":{"type":"integer","description":"a fetch's or post's response status"}},
+  "http_status":{"type":"integer","description":"a fetch's or post's response status"},
+  "changes":{"type":"array","description":"what a command with writes changed, each change with whether it committed (and why not)","items":{"type":"object","properties":{
+    "path":{"type":"string"},"action":{"type":"string","enum":["create","modify","delete","mkdir","refused"]},
+    "bytes":{"type":"integer"},"sha256":{"type":"string"},"old_sha256":{"type":"string"},"committed":{"type":"boolean"},
+    "reason":{"type":"string"},"rule":{"type":"string"},"detail":{"type":"string"}},"required":["path","action","bytes","committed"]}},
+  "committed":{"type":"boolean","description":"a command's changeset committed whole"},
+  "dropped":{"type":"integer","description":"paths the command wrote that the tool's keep globs did not choose"}},
  "required":["verdict","reason","ok","truncated","bytes","call_id"]}`
 
 // handler forwards one tools/call of tool to POST /v1/calls, streamed.
@@ -474,6 +485,7 @@ func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) st
 	out := &sdk.CallToolResult{IsError: !res.OK, Content: []sdk.Content{}, StructuredContent: Structured{
 		Verdict: res.Verdict, Reason: res.Reason, OK: res.OK, Truncated: res.Truncated, Bytes: res.Bytes,
 		ExitCode: res.ExitCode, CallID: res.CallID, SHA256: res.SHA256, HTTPStatus: res.HTTPStatus,
+		Changes: res.Changes, Committed: res.Committed, Dropped: res.Dropped,
 	}}
 	if res.Verdict != api.VerdictAllow {
 		// Only the reason code: under deny_detail "opaque" it is the bland
@@ -515,6 +527,9 @@ func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) st
 	if res.SHA256 != "" {
 		status = append(status, "sha256 "+res.SHA256)
 	}
+	if res.Committed != nil {
+		out.Content = append(out.Content, &sdk.TextContent{Text: text(changesetText(res))})
+	}
 	if len(status) > 0 || len(out.Content) == 0 {
 		if len(status) == 0 {
 			status = append(status, "ok")
@@ -522,6 +537,34 @@ func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) st
 		out.Content = append(out.Content, &sdk.TextContent{Text: "[sluice: " + strings.Join(status, "; ") + "]"})
 	}
 	return out
+}
+
+// changesetText tells the agent what its command's changeset did: whether
+// it committed, and each change, with why a refused one refused it.
+func changesetText(res *api.CallResult) string {
+	var b strings.Builder
+	state := "committed"
+	if !*res.Committed {
+		state = "not committed"
+	}
+	fmt.Fprintf(&b, "[sluice: changeset %s: %d change(s)", state, len(res.Changes))
+	if res.Dropped > 0 {
+		fmt.Fprintf(&b, ", %d path(s) dropped by keep", res.Dropped)
+	}
+	b.WriteString("]")
+	for _, c := range res.Changes {
+		fmt.Fprintf(&b, "\n%s %s", c.Action, c.Path)
+		if c.Committed {
+			b.WriteString(" (committed)")
+		}
+		if c.Reason != "" {
+			fmt.Fprintf(&b, ": %s", c.Reason)
+			if c.Detail != "" {
+				b.WriteString(" (" + c.Detail + ")")
+			}
+		}
+	}
+	return b.String()
 }
 
 // maxProgressText bounds the output one progress notification carries;

@@ -432,6 +432,12 @@ func TestExecCache(t *testing.T) {
 	m := writeManifest(t, base, fmt.Sprintf(`{"schema_version":1,
 	  "principals":{"ops":{"uids":[0],"approver":true,"tools":["*"]},"agent":{"uids":[%d],"tools":["*"]}},
 	  "tools":{"build":{"operation":"execute","commands":[["sh","-c",{"any":true}]],"cache":["/var/cache/build"],"cache_mb":4}}}`, agentUID))
+	if err := runRefused(t, m); err != nil {
+		if strings.Contains(err.Error(), "caches need Linux 6.3") {
+			t.Skipf("SKIP: THIS KERNEL CANNOT BIND CACHES: %v", err)
+		}
+		t.Fatal(err)
+	}
 	h := start(t, m, securefs.ModeAuto)
 	agent := clientAs(h.socket, agentUID)
 	defer agent.Close()

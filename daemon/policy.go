@@ -129,6 +129,15 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 			return nil, fmt.Errorf("execute tools need the sandbox: %w", err)
 		}
 		p.runner = r
+		for _, name := range m.ToolNamesAll() {
+			if et := p.exec[name]; et != nil && len(et.cache) > 0 {
+				if err := r.CheckCaches(); err != nil {
+					p.close()
+					return nil, fmt.Errorf("manifest: tools.%s.cache: this host cannot give commands caches: %w", name, err)
+				}
+				break
+			}
+		}
 		for name, et := range p.exec {
 			size := sandbox.PoolSize{Min: m.Tools[name].EffectivePool(), Max: m.Tools[name].EffectivePoolMax()}
 			if len(et.cache) > 0 {

@@ -190,3 +190,30 @@ func (r *Runner) closeIdmaps() {
 		delete(r.idmaps, uid)
 	}
 }
+
+// CheckCaches reports whether this kernel can bind a cache as boxes get
+// it: an idmapped clone of a tmpfs (Linux 6.3 and later). A manifest
+// whose tools have caches is refused at load when it cannot.
+func (r *Runner) CheckCaches() error {
+	c, err := NewCache(1 << 20)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	userns, err := r.idmapFor(r.ids.rng.First)
+	if err != nil {
+		return err
+	}
+	tree, err := unix.OpenTree(int(c.mnt.Fd()), "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns.Fd())}
+	err = unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr)
+	runtime.KeepAlive(userns)
+	if err != nil {
+		return fmt.Errorf("an idmapped tmpfs: %w (caches need Linux 6.3 or later)", err)
+	}
+	return nil
+}

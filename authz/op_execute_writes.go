@@ -349,8 +349,10 @@ func validateCache(key string, t *Tool) error {
 				return merr(ck, "%q lies under %s, which sluice mounts itself", c, r)
 			}
 		}
-		if pathWithin(c, api.ContainerTmp) {
-			return merr(ck, "%q lies under %s, a tmpfs of each call's own: nothing there outlives the call", c, api.ContainerTmp)
+		if c == api.ContainerTmp {
+			// Beneath it is fine (HOME is /tmp: ~/.cache/go-build is
+			// /tmp/.cache/go-build), bound over the call's own tmpfs.
+			return merr(ck, "is %s, a tmpfs of each call's own; name a directory beneath it, such as \"/tmp/.cache/go-build\" (HOME is /tmp)", api.ContainerTmp)
 		}
 		for j, o := range t.Cache[:i] {
 			if pathWithin(c, o) || pathWithin(o, c) {

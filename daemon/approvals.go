@@ -218,31 +218,12 @@ func (c *call) awaitApproval(em emitter) bool {
 	// old pools can drain.
 	c.p.release()
 	c.p = nil
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var v approvalVerdict
-	select {
-	case v = <-pk.verdict:
-	case <-timer.C:
-		if c.d.approvals.take(id) == nil {
-			v = <-pk.verdict // an approver took it at the last moment
-			break
-		}
-		c.p = c.d.acquire()
-		c.auditApprovalEnd(id, api.ReasonApprovalExpired, "expired after "+timeout.String())
-		return c.denyAfterApproval(em, api.ReasonApprovalExpired)
-	case <-c.ctx.Done():
-		if c.d.approvals.take(id) == nil {
-			v = <-pk.verdict
-			break
-		}
-		c.p = c.d.acquire()
-		reason := c.endReason()
-		c.auditApprovalEnd(id, reason, "withdrawn while waiting: "+context.Cause(c.ctx).Error())
+	v, ended := c.waitVerdict(pk, timeout, func() { c.p = c.d.acquire() })
+	if ended != "" {
 		if context.Cause(c.ctx) == errClientGone {
 			return false // nobody to tell; the ledger says what happened
 		}
-		return c.denyAfterApproval(em, reason)
+		return c.denyAfterApproval(em, ended)
 	}
 	c.p = c.d.acquire()
 	if !v.approve {
@@ -280,6 +261,34 @@ func (c *call) awaitApproval(em emitter) bool {
 	c.dec = authz.Decide(c.p.m, &c.areq)
 	c.checkTask()
 	return true
+}
+
+// waitVerdict waits for an approver's verdict on pk, its expiry after
+// timeout, or the end of the call, whichever comes first; an approver who
+// took pk at the last moment wins. ended is "" with the verdict, else
+// approval_expired or the call's end reason, and the wait's end is then
+// recorded, after before (a parked call that gave its policy back takes
+// one again).
+func (c *call) waitVerdict(pk *parked, timeout time.Duration, before func()) (v approvalVerdict, ended api.Reason) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	detail := ""
+	select {
+	case v = <-pk.verdict:
+		return v, ""
+	case <-timer.C:
+		ended, detail = api.ReasonApprovalExpired, "expired after "+timeout.String()
+	case <-c.ctx.Done():
+		ended, detail = c.endReason(), "withdrawn while waiting: "+context.Cause(c.ctx).Error()
+	}
+	if c.d.approvals.take(pk.id) == nil {
+		return <-pk.verdict, "" // an approver took it at the last moment
+	}
+	if before != nil {
+		before()
+	}
+	c.auditApprovalEnd(pk.id, ended, detail)
+	return v, ended
 }
 
 // dropBody lets go of what a parked call does not need while it waits:

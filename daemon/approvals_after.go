@@ -3,7 +3,6 @@
 package daemon
 
 import (
-	"context"
 	"time"
 
 	"github.com/sluicehq/sluice/api"
@@ -36,26 +35,9 @@ func (c *call) awaitApprovalAfterRun(change *api.ApprovalChange, pending func(id
 	c.d.approvals.park(pk)
 	c.d.log.Info("call waiting for approval after it ran", "approval_id", id, "call_id", c.id, "tool", c.req.Tool,
 		"principal", principal, "expires_in", timeout.String())
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var v approvalVerdict
-	select {
-	case v = <-pk.verdict:
-	case <-timer.C:
-		if c.d.approvals.take(id) == nil {
-			v = <-pk.verdict // an approver took it at the last moment
-			break
-		}
-		c.auditApprovalEnd(id, api.ReasonApprovalExpired, "expired after "+timeout.String())
-		return api.ReasonApprovalExpired
-	case <-c.ctx.Done():
-		if c.d.approvals.take(id) == nil {
-			v = <-pk.verdict
-			break
-		}
-		reason := c.endReason()
-		c.auditApprovalEnd(id, reason, "withdrawn while waiting: "+context.Cause(c.ctx).Error())
-		return reason
+	v, ended := c.waitVerdict(pk, timeout, nil)
+	if ended != "" {
+		return ended
 	}
 	if !v.approve {
 		return api.ReasonApprovalDenied

@@ -127,18 +127,7 @@ func (r *Runner) bindCache(rfd int, c CacheBind, uid uint32) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("mount_setattr idmap: %w", err)
 	}
-	target, err := makeTarget(rfd, c.Dest, true)
-	if err != nil {
-		unix.Close(tree)
-		return nil, err
-	}
-	err = unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
-	unix.Close(target)
-	if err != nil {
-		unix.Close(tree)
-		return nil, fmt.Errorf("move_mount: %w", err)
-	}
-	return os.NewFile(uintptr(tree), c.Dest), nil
+	return attach(rfd, tree, c.Dest, true)
 }
 
 // idmapFor returns a user namespace that maps id 0 to uid (and gid 0 to

@@ -161,7 +161,15 @@ func bindReadOnly(rfd int, m Mount) (*os.File, error) {
 		unix.Close(tree)
 		return nil, fmt.Errorf("mount_setattr: %w", err)
 	}
-	target, err := makeTarget(rfd, m.Dest, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+	return attach(rfd, tree, m.Dest, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+}
+
+// attach moves the detached mount tree onto dest, made beneath the rootfs
+// fd (makeTarget: a directory when dir), and returns the tree fd, which
+// names the attached mount's root after the move; on an error the tree is
+// closed (a detached mount goes with its last fd).
+func attach(rfd, tree int, dest string, dir bool) (*os.File, error) {
+	target, err := makeTarget(rfd, dest, dir)
 	if err != nil {
 		unix.Close(tree)
 		return nil, err
@@ -172,8 +180,7 @@ func bindReadOnly(rfd int, m Mount) (*os.File, error) {
 		unix.Close(tree)
 		return nil, fmt.Errorf("move_mount: %w", err)
 	}
-	// After the move the tree fd names the attached mount's root.
-	return os.NewFile(uintptr(tree), m.Dest), nil
+	return os.NewFile(uintptr(tree), dest), nil
 }
 
 // makeTarget creates dest (absolute, clean) beneath the rootfs fd, one

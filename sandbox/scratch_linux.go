@@ -250,18 +250,7 @@ func bindOverlay(rfd int, m Mount, s *Scratch, i int) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsmount overlay: %w", err)
 	}
-	target, err := makeTarget(rfd, m.Dest, true)
-	if err != nil {
-		unix.Close(tree)
-		return nil, err
-	}
-	err = unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
-	unix.Close(target)
-	if err != nil {
-		unix.Close(tree)
-		return nil, fmt.Errorf("move_mount: %w", err)
-	}
-	return os.NewFile(uintptr(tree), m.Dest), nil
+	return attach(rfd, tree, m.Dest, true)
 }
 
 // TakeScratch hands over the box's scratch layer once its command has

@@ -179,19 +179,6 @@ type TempName func(callID string) string
 // record. A decision's targets are read as its operation recorded them
 // (authz.Op.ResolvedFromRecord), one target or several.
 func PendingWrites(ledgerPath string, temps map[api.Operation]TempName) ([]PendingWrite, error) {
-	f, err := os.Open(ledgerPath)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	from, err := lastStartOffset(f, fi.Size())
-	if err != nil {
-		return nil, err
-	}
 	var opFields [][]byte
 	for op := range temps {
 		opFields = append(opFields, []byte(`"operation":`+strconv.Quote(string(op))))
@@ -199,6 +186,65 @@ func PendingWrites(ledgerPath string, temps map[api.Operation]TempName) ([]Pendi
 	// Only the writes still pending are kept: memory is bounded by the
 	// writes in flight at the crash, not by the run's.
 	pending := map[string]*PendingWrite{}
+	err := scanSinceStart(ledgerPath, func(line []byte) {
+		isDecision := bytes.Contains(line, kindDecision) && containsAny(line, opFields)
+		isResult := !isDecision && len(pending) > 0 && bytes.Contains(line, kindResult)
+		if id, ok := resultCallID(line); isResult && ok {
+			delete(pending, id) // the common case, without a decode
+			return
+		}
+		if !isDecision && !isResult {
+			return
+		}
+		var r scanRec
+		if json.Unmarshal(line, &r) != nil || r.CallID == "" {
+			return
+		}
+		op := api.Operation(r.Operation)
+		tempName, o := temps[op], authz.LookupOp(op)
+		switch {
+		case r.Kind == audit.KindDecision && tempName != nil && o != nil && r.Verdict == "allow":
+			pw := &PendingWrite{CallID: r.CallID}
+			for _, target := range o.ResolvedFromRecord(r.Resolved) {
+				for _, res := range target {
+					if res.Outcome == authz.OutcomeOK && res.RootPath != "" && res.Rel != "" {
+						pw.Temps = append(pw.Temps, path.Join(res.RootPath, path.Dir(res.Rel), tempName(r.CallID)))
+					}
+				}
+			}
+			pending[r.CallID] = pw
+		case r.Kind == audit.KindResult:
+			delete(pending, r.CallID)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PendingWrite, 0, len(pending))
+	for _, pw := range pending {
+		out = append(out, *pw)
+	}
+	// Call ids are ULIDs: in the order the calls came.
+	slices.SortFunc(out, func(a, b PendingWrite) int { return strings.Compare(a.CallID, b.CallID) })
+	return out, nil
+}
+
+// scanSinceStart hands fn each whole record line of the ledger from the
+// last start record to its end (see PendingWrites).
+func scanSinceStart(ledgerPath string, fn func(line []byte)) error {
+	f, err := os.Open(ledgerPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	from, err := lastStartOffset(f, fi.Size())
+	if err != nil {
+		return err
+	}
 	br := bufio.NewReaderSize(io.NewSectionReader(f, from, fi.Size()-from), 1<<20)
 	for {
 		line, err := br.ReadSlice('\n')
@@ -208,46 +254,15 @@ func PendingWrites(ledgerPath string, temps map[api.Operation]TempName) ([]Pendi
 			line, err = append(append([]byte(nil), line...), rest...), err2
 		}
 		if len(line) > 0 {
-			isDecision := bytes.Contains(line, kindDecision) && containsAny(line, opFields)
-			isResult := !isDecision && len(pending) > 0 && bytes.Contains(line, kindResult)
-			if id, ok := resultCallID(line); isResult && ok {
-				delete(pending, id) // the common case, without a decode
-			} else if isDecision || isResult {
-				var r scanRec
-				if json.Unmarshal(line, &r) == nil && r.CallID != "" {
-					op := api.Operation(r.Operation)
-					tempName, o := temps[op], authz.LookupOp(op)
-					switch {
-					case r.Kind == audit.KindDecision && tempName != nil && o != nil && r.Verdict == "allow":
-						pw := &PendingWrite{CallID: r.CallID}
-						for _, target := range o.ResolvedFromRecord(r.Resolved) {
-							for _, res := range target {
-								if res.Outcome == authz.OutcomeOK && res.RootPath != "" && res.Rel != "" {
-									pw.Temps = append(pw.Temps, path.Join(res.RootPath, path.Dir(res.Rel), tempName(r.CallID)))
-								}
-							}
-						}
-						pending[r.CallID] = pw
-					case r.Kind == audit.KindResult:
-						delete(pending, r.CallID)
-					}
-				}
-			}
+			fn(line)
 		}
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	out := make([]PendingWrite, 0, len(pending))
-	for _, pw := range pending {
-		out = append(out, *pw)
-	}
-	// Call ids are ULIDs: in the order the calls came.
-	slices.SortFunc(out, func(a, b PendingWrite) int { return strings.Compare(a.CallID, b.CallID) })
-	return out, nil
 }
 
 // resultCallID reads a result record's call id from the front of its
@@ -330,47 +345,30 @@ var kindChangeset = []byte(`"kind":"changeset"`)
 // PendingChangesets scans the ledger from the last start record to its
 // end for allowed changeset records with no result record for their call.
 func PendingChangesets(ledgerPath string) ([]PendingChangeset, error) {
-	f, err := os.Open(ledgerPath)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	from, err := lastStartOffset(f, fi.Size())
-	if err != nil {
-		return nil, err
-	}
 	pending := map[string]*PendingChangeset{}
-	br := bufio.NewReaderSize(io.NewSectionReader(f, from, fi.Size()-from), 1<<20)
-	for {
-		line, err := br.ReadBytes('\n')
+	err := scanSinceStart(ledgerPath, func(line []byte) {
 		isCS := bytes.Contains(line, kindChangeset)
-		isResult := !isCS && len(pending) > 0 && bytes.Contains(line, kindResult)
-		if isCS || isResult {
-			var r struct {
-				CallID  string       `json:"call_id"`
-				Kind    string       `json:"kind"`
-				Verdict string       `json:"verdict"`
-				Changes []api.Change `json:"changes"`
-			}
-			if json.Unmarshal(line, &r) == nil && r.CallID != "" {
-				switch {
-				case r.Kind == audit.KindChangeset && r.Verdict == string(api.VerdictAllow):
-					pending[r.CallID] = &PendingChangeset{CallID: r.CallID, Changes: r.Changes}
-				case r.Kind == audit.KindResult:
-					delete(pending, r.CallID)
-				}
-			}
+		if !isCS && (len(pending) == 0 || !bytes.Contains(line, kindResult)) {
+			return
 		}
-		if err == io.EOF {
-			break
+		var r struct {
+			CallID  string       `json:"call_id"`
+			Kind    string       `json:"kind"`
+			Verdict string       `json:"verdict"`
+			Changes []api.Change `json:"changes"`
 		}
-		if err != nil {
-			return nil, err
+		if json.Unmarshal(line, &r) != nil || r.CallID == "" {
+			return
 		}
+		switch {
+		case r.Kind == audit.KindChangeset && r.Verdict == string(api.VerdictAllow):
+			pending[r.CallID] = &PendingChangeset{CallID: r.CallID, Changes: r.Changes}
+		case r.Kind == audit.KindResult:
+			delete(pending, r.CallID)
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := make([]PendingChangeset, 0, len(pending))
 	for _, pc := range pending {

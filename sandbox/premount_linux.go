@@ -108,7 +108,7 @@ func (r *Runner) premountAll(rootfs string, spec *Spec, opt CreateOptions, sc *S
 		var mf *os.File
 		var err error
 		if i := scratchIndex(spec, m.Dest); i >= 0 {
-			mf, err = bindOverlay(rfd, m, sc, i)
+			mf, err = bindOverlay(rfd, m, sc, i, rootfs+".scratch")
 		} else {
 			mf, err = bindReadOnly(rfd, m)
 		}

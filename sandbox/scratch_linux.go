@@ -194,7 +194,7 @@ func openBeneathPath(dirfd int, rel string, flags int) (int, error) {
 // (Debian 12's 6.1) gets each as the /proc/self/fd path of the same fd,
 // which overlayfs resolves when the superblock is made, in this process:
 // either way no path a workspace controls is named.
-func bindOverlay(rfd int, m Mount, s *Scratch, i int) (*os.File, error) {
+func bindOverlay(rfd int, m Mount, s *Scratch, i int, attachAt string) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(m.File.Fd()), &st); err != nil {
 		return nil, err
@@ -240,10 +240,25 @@ func bindOverlay(rfd int, m Mount, s *Scratch, i int) (*os.File, error) {
 			return nil, fmt.Errorf("overlay %s=%s: %w", kv[0], kv[1], err)
 		}
 	}
-	if err := setLayers(ov, lower, upper, work); err != nil {
+	legacy, err := setLayers(ov, lower, upper, work)
+	if err != nil {
 		return nil, err
 	}
-	if err := unix.FsconfigCreate(ov); err != nil {
+	if legacy {
+		// Such a kernel also clones the upper layer's mount only from
+		// the caller's mount namespace: the scratch tmpfs is attached,
+		// for the overlay's making only, at a directory of the runner's
+		// own (root-only, outside every rootfs), and detached again.
+		detach, err := attachFor(s.mnt, attachAt)
+		if err != nil {
+			return nil, err
+		}
+		err = unix.FsconfigCreate(ov)
+		detach()
+		if err != nil {
+			return nil, fmt.Errorf("create overlay: %w", err)
+		}
+	} else if err := unix.FsconfigCreate(ov); err != nil {
 		return nil, fmt.Errorf("create overlay: %w", err)
 	}
 	tree, err := unix.Fsmount(ov, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
@@ -276,8 +291,9 @@ func (b *Box) dropScratch() {
 // /proc/self/fd paths, as on a kernel without fd-valued layer options.
 var testLegacyLayers bool
 
-// setLayers gives an overlay context its lower, upper and work dirs.
-func setLayers(ov, lower, upper, work int) error {
+// setLayers gives an overlay context its lower, upper and work dirs;
+// legacy says they went as paths (see testLegacyLayers).
+func setLayers(ov, lower, upper, work int) (legacy bool, _ error) {
 	if !testLegacyLayers {
 		err := unix.FsconfigSetFd(ov, "lowerdir+", lower)
 		if err == nil {
@@ -285,12 +301,14 @@ func setLayers(ov, lower, upper, work int) error {
 				err = unix.FsconfigSetFd(ov, "workdir", work)
 			}
 			if err != nil {
-				return fmt.Errorf("overlay layers: %w", err)
+				return false, fmt.Errorf("overlay layers: %w", err)
 			}
-			return nil
+			return false, nil
 		}
-		if err != unix.EINVAL { // an unknown key, or one that takes no fd: EINVAL
-			return fmt.Errorf("overlay lowerdir+: %w", err)
+		// An unknown key (EINVAL), or one that takes no fd (6.1:
+		// EOPNOTSUPP).
+		if err != unix.EINVAL && err != unix.EOPNOTSUPP {
+			return false, fmt.Errorf("overlay lowerdir+: %w", err)
 		}
 	}
 	for _, l := range []struct {
@@ -298,8 +316,27 @@ func setLayers(ov, lower, upper, work int) error {
 		fd  int
 	}{{"lowerdir", lower}, {"upperdir", upper}, {"workdir", work}} {
 		if err := unix.FsconfigSetString(ov, l.key, "/proc/self/fd/"+strconv.Itoa(l.fd)); err != nil {
-			return fmt.Errorf("overlay %s: %w", l.key, err)
+			return true, fmt.Errorf("overlay %s: %w", l.key, err)
 		}
 	}
-	return nil
+	return true, nil
+}
+
+// attachFor attaches the detached mount mnt at dir (made, mode 0700, if
+// missing) and returns what detaches it again (lazily: the fds held on it
+// keep it alive) and removes dir.
+func attachFor(mnt *os.File, dir string) (detach func(), err error) {
+	if err := unix.Mkdir(dir, 0o700); err != nil && err != unix.EEXIST {
+		return nil, fmt.Errorf("scratch attach point: %w", err)
+	}
+	err = unix.MoveMount(int(mnt.Fd()), "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH)
+	runtime.KeepAlive(mnt)
+	if err != nil {
+		unix.Rmdir(dir)
+		return nil, fmt.Errorf("attach the scratch layer: %w", err)
+	}
+	return func() {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		unix.Rmdir(dir)
+	}, nil
 }

@@ -1,0 +1,328 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/sandbox"
+)
+
+// Commands that write (issue 26): two rows, each interleaved sample by
+// sample in one run.
+//
+//   - A test run writing caches in a 10,000-file project: `go test ./...`
+//     of a small package (whose test writes a report beside it) in a
+//     project that also holds the 10,000-file tree, through a sluice
+//     execute tool with writes (roots: the project, commit "discard") and
+//     cache (/root/.cache, GOCACHE beneath it), against bwrap --bind of
+//     the project and of a cache directory on a tmpfs (sluice's caches are
+//     tmpfs too) running the same command with the same environment.
+//     Each call passes a fresh BENCH_RUN, which the test reads, so go
+//     test's result cache misses: every call builds from the warm build
+//     cache, links and runs the test, and writes its result to the cache.
+//     Beside them, /bin/true through the same tool and the same bwrap
+//     binds: what starting the box costs, apart from the test.
+//   - A changeset of 200 files × 4 KiB: a command making them in a fresh
+//     directory, its changeset committed (auto) and dropped (discard),
+//     against the floor: the same files written, fsynced and renamed into
+//     place by this process and their directory fsynced (as
+//     daemon.BenchmarkChangeset200 does).
+
+// goBin is the Go toolchain the test-run row uses (under /usr, which
+// sluice's containers and bwrap's both bind read-only).
+const goBin = "/usr/local/go/bin/go"
+
+// The sample project's package and its tests: small, real, stdlib only.
+const (
+	benchGoMod  = "module benchproj\n\ngo 1.26\n"
+	benchCalcGo = `package calc
+
+import "strings"
+
+// Add returns a+b.
+func Add(a, b int) int { return a + b }
+
+// Fib returns the n-th Fibonacci number.
+func Fib(n int) int {
+	a, b := 0, 1
+	for range n {
+		a, b = b, a+b
+	}
+	return a
+}
+
+// Words counts the words of s.
+func Words(s string) int { return len(strings.Fields(s)) }
+`
+	benchCalcTestGo = `package calc
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+func TestAdd(t *testing.T) {
+	for _, c := range []struct{ a, b, want int }{{1, 2, 3}, {-1, 1, 0}, {0, 0, 0}} {
+		if got := Add(c.a, c.b); got != c.want {
+			t.Errorf("Add(%d, %d) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+func TestFib(t *testing.T) {
+	if got := Fib(30); got != 832040 {
+		t.Fatalf("Fib(30) = %d", got)
+	}
+}
+
+func TestWords(t *testing.T) {
+	b, err := os.ReadFile("../d000/f000.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Words(string(b)) != 1 {
+		t.Fatalf("Words(%q) != 1", b)
+	}
+}
+
+// TestReport writes a report beside the package, as test runners write
+// their caches and reports into the project; BENCH_RUN, read here, makes
+// each run's result new to go test's cache.
+func TestReport(t *testing.T) {
+	report := fmt.Sprintf("run %s: ok\n", os.Getenv("BENCH_RUN"))
+	if err := os.WriteFile("report.txt", []byte(report), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+`
+)
+
+// writeRows runs the two rows with a daemon of their own (bin's) on a
+// manifest in work/writes, and adds them to the goals table.
+func writeRows(work, bin string, cacheN, changesetN int, space time.Duration) {
+	base := filepath.Join(work, "writes")
+	proj := filepath.Join(base, "proj")
+	src := filepath.Join(base, "cs", "src")
+	bwCache := filepath.Join("/dev/shm", filepath.Base(work)+"-gocache") // a tmpfs, as sluice's caches are
+	for _, d := range []string{proj, src, bwCache} {
+		check(os.MkdirAll(d, 0o755))
+	}
+	defer os.RemoveAll(bwCache)
+	t0 := time.Now()
+	writeTree(proj)
+	check(os.MkdirAll(filepath.Join(proj, "calc"), 0o755))
+	for name, text := range map[string]string{"go.mod": benchGoMod, "calc/calc.go": benchCalcGo, "calc/calc_test.go": benchCalcTestGo} {
+		check(os.WriteFile(filepath.Join(proj, name), []byte(text), 0o644))
+	}
+	fmt.Printf("\nwrites: project of %d files made in %.1f s at %s\n", treeDirs*treeFiles+3, time.Since(t0).Seconds(), proj)
+
+	const cacheDest = "/root/.cache"
+	goEnv := map[string]string{"GOCACHE": cacheDest + "/go-build", "GOTOOLCHAIN": "local", "GOFLAGS": "-buildvcs=false"}
+	testTool := map[string]any{"operation": "execute", "mounts": []string{"proj"}, "cwd": "proj", "pool": 0,
+		"commands": []any{
+			[]any{"/usr/bin/env", map[string]any{"regex": "BENCH_RUN=[0-9]{1,9}"}, goBin, "test", "./..."},
+			[]any{"/bin/true"},
+		},
+		"env":    goEnv,
+		"writes": map[string]any{"roots": []string{"proj"}, "commit": "discard"},
+		"cache":  []string{cacheDest}, "cache_mb": 2048,
+		"timeout_ms": 300000, "memory_mb": 2048, "pids": 1024}
+	csTool := func(commit string) map[string]any {
+		return map[string]any{"operation": "execute", "mounts": []string{"cs"}, "cwd": "cs/src", "pool": 2,
+			"commands": []any{[]any{"sh", "-c", map[string]any{"any": true}, map[string]any{"rest": map[string]any{"any": true}}}},
+			"writes":   map[string]any{"roots": []string{"cs/src"}, "commit": commit}}
+	}
+	mb, err := json.Marshal(map[string]any{"schema_version": 1, "tools": map[string]any{
+		"w_gotest": testTool, "w_auto": csTool("auto"), "w_discard": csTool("discard")}})
+	check(err)
+	manifest := filepath.Join(base, "writes.json")
+	check(os.WriteFile(manifest, mb, 0o644))
+	dm := startDaemon(bin, manifest, work, "w-")
+	defer dm.stop()
+	time.Sleep(time.Second) // the changeset tools' pools fill
+
+	if cacheN > 0 {
+		testRunRow(dm, proj, bwCache, cacheDest, goEnv, cacheN)
+	}
+	if changesetN > 0 {
+		changesetRow(dm, src, changesetN, space)
+	}
+}
+
+// writeTree fills dir with treeDirs directories of treeFiles small files.
+func writeTree(dir string) {
+	for i := range treeDirs {
+		d := filepath.Join(dir, fmt.Sprintf("d%03d", i))
+		check(os.MkdirAll(d, 0o755))
+		for j := range treeFiles {
+			check(os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d.txt", j)), []byte(fmt.Sprintf("%d/%d\n", i, j)), 0o644))
+		}
+	}
+}
+
+// callArgv calls tool on d with argv and returns its result; a failed
+// call ends the run.
+func callArgv(d *daemon, tool string, argv []string) *api.CallResult {
+	args, err := json.Marshal(map[string]any{"argv": argv})
+	check(err)
+	res, err := d.c.Call(context.Background(), api.CallRequest{Tool: tool, Args: args})
+	if err == nil && !res.OK {
+		out := ""
+		if res.Output != nil {
+			out = *res.Output
+		}
+		err = fmt.Errorf("%s %q: %s %s%s", tool, argv, res.Reason, out, res.Stderr)
+	}
+	check(err)
+	return res
+}
+
+// testRunRow: go test ./... through sluice (writes discard, cache) and
+// through bwrap --bind, and /bin/true through each, interleaved.
+func testRunRow(dm *daemon, proj, bwCache, cacheDest string, goEnv map[string]string, n int) {
+	env := []string{"PATH=" + sandbox.DefaultPath, "LANG=C.UTF-8", "HOME=/tmp"}
+	keys := make([]string, 0, len(goEnv))
+	for k := range goEnv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+goEnv[k])
+	}
+	bwrap := []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+		"--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+		"--bind", proj, proj, "--bind", bwCache, cacheDest, "--clearenv"}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		bwrap = append(bwrap, "--setenv", k, v)
+	}
+	bwrap = append(bwrap, "--chdir", proj)
+	seq := 0
+	goTest := func() []string {
+		seq++
+		return []string{"/usr/bin/env", "BENCH_RUN=" + strconv.Itoa(seq), goBin, "test", "./..."}
+	}
+	// Each run must have run the test (not "(cached)") and passed.
+	ran := func(side, out string) error {
+		if !strings.Contains(out, "ok  \tbenchproj/calc") || strings.Contains(out, "(cached)") {
+			return fmt.Errorf("go test through %s did not run the test afresh:\n%s", side, out)
+		}
+		return nil
+	}
+	var changes []int
+	fns := []timed{
+		{run: func() error {
+			res := callArgv(dm, "w_gotest", goTest())
+			changes = append(changes, len(res.Changes))
+			return ran("sluice", deref(res.Output))
+		}},
+		{run: func() error {
+			return ran("bwrap", runOut("bwrap", append(bwrap[:len(bwrap):len(bwrap)], goTest()...), nil, ""))
+		}},
+		{run: func() error { callArgv(dm, "w_gotest", []string{"/bin/true"}); return nil }},
+		{run: func() error { runOut("bwrap", append(bwrap[:len(bwrap):len(bwrap)], "/bin/true"), nil, ""); return nil }},
+	}
+	t0 := time.Now()
+	lat := interleave(fns, n)
+	sl, bw, slTrue, bwTrue := pct(lat[0], 50), pct(lat[1], 50), pct(lat[2], 50), pct(lat[3], 50)
+	fmt.Printf("\ngo test ./... in a %d-file project, its test writing a report, writing go's test cache (warm build cache), %d calls a side, interleaved (%.0f s; p50/p95 ms)\n",
+		treeDirs*treeFiles+3, n, time.Since(t0).Seconds())
+	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice: writes (discard) + cache, cold box", ms(sl), ms(pct(lat[0], 95)))
+	fmt.Printf("%-52s %9.1f %9.1f\n", "bwrap --bind project, --bind cache (tmpfs)", ms(bw), ms(pct(lat[1], 95)))
+	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice: /bin/true, same tool", ms(slTrue), ms(pct(lat[2], 95)))
+	fmt.Printf("%-52s %9.1f %9.1f\n", "bwrap: /bin/true, same binds", ms(bwTrue), ms(pct(lat[3], 95)))
+	sort.Ints(changes)
+	fmt.Printf("changes listed a sluice go test call (discarded): %d\n", changes[len(changes)/2])
+	ratioGoal("a test run writing caches: go test ./..., 10,000-file project, writes commit discard + cache, p50", sl, bw, "bwrap --bind", 1.3)
+	infoRow("the same: the box alone (/bin/true through the same tool; bwrap with the same binds), p50",
+		fmt.Sprintf("sluice %.2f ms, bwrap %.2f ms; the test itself: sluice %.1f ms, bwrap %.1f ms (%.2f×)",
+			ms(slTrue), ms(bwTrue), ms(sl-slTrue), ms(bw-bwTrue), float64(sl-slTrue)/float64(bw-bwTrue)))
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// changesetRow: a command writing 200 files of 4 KiB in a fresh
+// directory, committed (auto) and discarded, and the floor, interleaved.
+func changesetRow(dm *daemon, src string, n int, space time.Duration) {
+	block := strings.Repeat("0123456789abcde\n", 256)
+	seq := 0
+	cmd := func(tool string, commit bool) func() error {
+		return func() error {
+			seq++
+			script := fmt.Sprintf(`mkdir d%d && cd d%d && i=0; while [ $i -lt 200 ]; do printf '%%s' "$0" > f$i; i=$((i+1)); done`, seq, seq)
+			res := callArgv(dm, tool, []string{"sh", "-c", script, block})
+			if len(res.Changes) != 201 || (res.Committed != nil && *res.Committed) != commit {
+				return fmt.Errorf("%s: %d changes (want 201), committed %v (want %v)", tool, len(res.Changes), res.Committed, commit)
+			}
+			return nil
+		}
+	}
+	floor := func() error {
+		seq++
+		dir := filepath.Join(src, fmt.Sprintf("floor%d", seq))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return err
+		}
+		for j := range 200 {
+			tmp := filepath.Join(dir, fmt.Sprintf(".t%d", j))
+			f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			if _, err = f.WriteString(block); err == nil {
+				err = f.Sync()
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = os.Rename(tmp, filepath.Join(dir, fmt.Sprintf("f%d", j)))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		d, err := os.Open(dir)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return unix.Fsync(int(d.Fd()))
+	}
+	fns := []timed{
+		{run: cmd("w_auto", true), after: func() { dm.settle("w_auto") }},
+		{run: cmd("w_discard", false), after: func() { dm.settle("w_discard") }},
+		{run: floor},
+	}
+	t0 := time.Now()
+	lat := interleave(fns, n)
+	auto, disc, fl := pct(lat[0], 50), pct(lat[1], 50), pct(lat[2], 50)
+	fmt.Printf("\na changeset of 200 files × 4 KiB in a fresh directory, %d calls each, interleaved, spaced %v apart (%.0f s; p50/p95 ms)\n",
+		n, space, time.Since(t0).Seconds())
+	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice, pooled, commit auto", ms(auto), ms(pct(lat[0], 95)))
+	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice, pooled, commit discard", ms(disc), ms(pct(lat[1], 95)))
+	fmt.Printf("%-52s %9.1f %9.1f\n", "floor: write+fsync+rename ×200, dir fsync", ms(fl), ms(pct(lat[2], 95)))
+	ratioGoal("a changeset of 200 files × 4 KiB committed (auto), p50", auto, fl, "write+fsync+rename", 2.0)
+	infoRow("the same, discard (the command and reading its changeset), p50",
+		fmt.Sprintf("%.2f× write+fsync+rename (%.1f ms); the commit's own share, auto − discard: %.1f ms = %.2f× the floor",
+			float64(disc)/float64(fl), ms(disc), ms(auto-disc), float64(auto-disc)/float64(fl)))
+}

@@ -116,7 +116,12 @@ func writeRows(work, bin string, cacheN, changesetN int, space time.Duration) {
 	base := filepath.Join(work, "writes")
 	proj := filepath.Join(base, "proj")
 	src := filepath.Join(base, "cs", "src")
-	bwCache := filepath.Join("/dev/shm", filepath.Base(work)+"-gocache") // a tmpfs, as sluice's caches are
+	// bwrap's cache: on a tmpfs, as sluice's caches are, where there is one.
+	bwCache := filepath.Join(work, "bwrap-cache")
+	var fs unix.Statfs_t
+	if unix.Statfs("/dev/shm", &fs) == nil && fs.Type == unix.TMPFS_MAGIC {
+		bwCache = filepath.Join("/dev/shm", filepath.Base(work)+"-gocache")
+	}
 	for _, d := range []string{proj, src, bwCache} {
 		check(os.MkdirAll(d, 0o755))
 	}
@@ -127,7 +132,7 @@ func writeRows(work, bin string, cacheN, changesetN int, space time.Duration) {
 	for name, text := range map[string]string{"go.mod": benchGoMod, "calc/calc.go": benchCalcGo, "calc/calc_test.go": benchCalcTestGo} {
 		check(os.WriteFile(filepath.Join(proj, name), []byte(text), 0o644))
 	}
-	fmt.Printf("\nwrites: project of %d files made in %.1f s at %s\n", treeDirs*treeFiles+3, time.Since(t0).Seconds(), proj)
+	fmt.Printf("\nwrites: project of %s files made in %.1f s at %s\n", thousands(treeDirs*treeFiles+3), time.Since(t0).Seconds(), proj)
 
 	const cacheDest = "/root/.cache"
 	goEnv := map[string]string{"GOCACHE": cacheDest + "/go-build", "GOTOOLCHAIN": "local", "GOFLAGS": "-buildvcs=false"}
@@ -239,14 +244,14 @@ func testRunRow(dm *daemon, proj, bwCache, cacheDest string, goEnv map[string]st
 	t0 := time.Now()
 	lat := interleave(fns, n)
 	sl, bw, slTrue, bwTrue := pct(lat[0], 50), pct(lat[1], 50), pct(lat[2], 50), pct(lat[3], 50)
-	fmt.Printf("\ngo test ./... in a %d-file project, its test writing a report, writing go's test cache (warm build cache), %d calls a side, interleaved (%.0f s; p50/p95 ms)\n",
-		treeDirs*treeFiles+3, n, time.Since(t0).Seconds())
+	fmt.Printf("\ngo test ./... in a %s-file project, its test writing a report, writing go's test cache (warm build cache), %d calls a side, interleaved (%.0f s; p50/p95 ms)\n",
+		thousands(treeDirs*treeFiles+3), n, time.Since(t0).Seconds())
 	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice: writes (discard) + cache, cold box", ms(sl), ms(pct(lat[0], 95)))
-	fmt.Printf("%-52s %9.1f %9.1f\n", "bwrap --bind project, --bind cache (tmpfs)", ms(bw), ms(pct(lat[1], 95)))
+	fmt.Printf("%-52s %9.1f %9.1f\n", "bwrap --bind project, --bind cache", ms(bw), ms(pct(lat[1], 95)))
 	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice: /bin/true, same tool", ms(slTrue), ms(pct(lat[2], 95)))
 	fmt.Printf("%-52s %9.1f %9.1f\n", "bwrap: /bin/true, same binds", ms(bwTrue), ms(pct(lat[3], 95)))
 	sort.Ints(changes)
-	fmt.Printf("changes listed a sluice go test call (discarded): %d\n", changes[len(changes)/2])
+	fmt.Printf("bwrap's cache: %s; changes a sluice go test call listed (and discarded): %d\n", bwCache, changes[len(changes)/2])
 	ratioGoal("a test run writing caches: go test ./..., 10,000-file project, writes commit discard + cache, p50", sl, bw, "bwrap --bind", 1.3)
 	infoRow("the same: the box alone (/bin/true through the same tool; bwrap with the same binds), p50",
 		fmt.Sprintf("sluice %.2f ms, bwrap %.2f ms; the test itself: sluice %.1f ms, bwrap %.1f ms (%.2f×)",
@@ -321,8 +326,38 @@ func changesetRow(dm *daemon, src string, n int, space time.Duration) {
 	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice, pooled, commit auto", ms(auto), ms(pct(lat[0], 95)))
 	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice, pooled, commit discard", ms(disc), ms(pct(lat[1], 95)))
 	fmt.Printf("%-52s %9.1f %9.1f\n", "floor: write+fsync+rename ×200, dir fsync", ms(fl), ms(pct(lat[2], 95)))
+	// The ledger syncs each kind of call waits for, over a few calls one
+	// at a time.
+	syncs := map[string]string{}
+	for _, t := range []struct {
+		tool   string
+		commit bool
+	}{{"w_auto", true}, {"w_discard", false}} {
+		const k = 5
+		m0, err0 := dm.metrics()
+		for range k {
+			check(cmd(t.tool, t.commit)())
+			dm.settle(t.tool)
+		}
+		m1, err1 := dm.metrics()
+		if dm.metricsAddr != "" && err0 == nil && err1 == nil {
+			const key = "sluice_audit_sync_seconds_count"
+			syncs[t.tool] = fmt.Sprintf("%.1f", (m1[key]-m0[key])/k)
+		}
+	}
+	if len(syncs) == 2 {
+		fmt.Printf("ledger syncs a call: auto %s, discard %s\n", syncs["w_auto"], syncs["w_discard"])
+	}
 	ratioGoal("a changeset of 200 files × 4 KiB committed (auto), p50", auto, fl, "write+fsync+rename", 2.0)
 	infoRow("the same, discard (the command and reading its changeset), p50",
 		fmt.Sprintf("%.2f× write+fsync+rename (%.1f ms); the commit's own share, auto − discard: %.1f ms = %.2f× the floor",
 			float64(disc)/float64(fl), ms(disc), ms(auto-disc), float64(auto-disc)/float64(fl)))
+}
+
+// thousands writes n with a comma between its thousands (n < 1,000,000).
+func thousands(n int) string {
+	if n < 1000 {
+		return strconv.Itoa(n)
+	}
+	return fmt.Sprintf("%d,%03d", n/1000, n%1000)
 }

@@ -326,32 +326,47 @@ func changesetRow(dm *daemon, src string, n int, space time.Duration) {
 	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice, pooled, commit auto", ms(auto), ms(pct(lat[0], 95)))
 	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice, pooled, commit discard", ms(disc), ms(pct(lat[1], 95)))
 	fmt.Printf("%-52s %9.1f %9.1f\n", "floor: write+fsync+rename ×200, dir fsync", ms(fl), ms(pct(lat[2], 95)))
-	// The ledger syncs each kind of call waits for, over a few calls one
-	// at a time.
-	syncs := map[string]string{}
+	// Where the time goes, over a few more calls one at a time: the
+	// ledger syncs each kind of call waits for, and sluiced's CPU a call
+	// (its pool's refill included, settle's metrics reads taken out)
+	// beside the CPU this process spends on the floor.
+	dm.calibrate()
+	const k = 8
+	var per []string
 	for _, t := range []struct {
 		tool   string
 		commit bool
 	}{{"w_auto", true}, {"w_discard", false}} {
-		const k = 5
 		m0, err0 := dm.metrics()
+		cpu0, scrapes0 := cpuTime(dm), dm.scrapes
 		for range k {
 			check(cmd(t.tool, t.commit)())
 			dm.settle(t.tool)
+			time.Sleep(space)
 		}
+		cpu := dm.cpuCalls(cpu0, scrapes0, k)
 		m1, err1 := dm.metrics()
+		syncs := "?"
 		if dm.metricsAddr != "" && err0 == nil && err1 == nil {
 			const key = "sluice_audit_sync_seconds_count"
-			syncs[t.tool] = fmt.Sprintf("%.1f", (m1[key]-m0[key])/k)
+			syncs = fmt.Sprintf("%.1f", (m1[key]-m0[key])/k)
 		}
+		per = append(per, fmt.Sprintf("%s %s ledger syncs, sluiced CPU %.0f ms", strings.TrimPrefix(t.tool, "w_"), syncs, ms(cpu)))
 	}
-	if len(syncs) == 2 {
-		fmt.Printf("ledger syncs a call: auto %s, discard %s\n", syncs["w_auto"], syncs["w_discard"])
+	var r0, r1 unix.Rusage
+	check(unix.Getrusage(unix.RUSAGE_SELF, &r0))
+	for range k {
+		check(floor())
 	}
+	check(unix.Getrusage(unix.RUSAGE_SELF, &r1))
+	floorCPU := time.Duration(r1.Utime.Nano()+r1.Stime.Nano()-r0.Utime.Nano()-r0.Stime.Nano()) / k
+	where := fmt.Sprintf("a call: %s; the floor's CPU %.0f ms", strings.Join(per, "; "), ms(floorCPU))
+	fmt.Println(where)
 	ratioGoal("a changeset of 200 files × 4 KiB committed (auto), p50", auto, fl, "write+fsync+rename", 2.0)
 	infoRow("the same, discard (the command and reading its changeset), p50",
 		fmt.Sprintf("%.2f× write+fsync+rename (%.1f ms); the commit's own share, auto − discard: %.1f ms = %.2f× the floor",
 			float64(disc)/float64(fl), ms(disc), ms(auto-disc), float64(auto-disc)/float64(fl)))
+	infoRow("the same, where the time goes", where)
 }
 
 // thousands writes n with a comma between its thousands (n < 1,000,000).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,8 +35,10 @@ import (
 //     cache, links and runs the test, and writes its result to the cache.
 //     Beside them, as context: /bin/true through the same tool and the
 //     same bwrap binds (what starting the box costs, apart from the
-//     test), and go test ./calc on both sides (the package alone, without
-//     go's walk of the 10,000 files).
+//     test), go test ./calc on both sides (the package alone, without
+//     go's walk of the 10,000 files), and bwrap started from a CPU
+//     cgroup of its own, a sibling of sluice's (how the host shares its
+//     CPUs between cgroups, apart from the sandbox).
 //   - A changeset of 200 files × 4 KiB: a command making them in a fresh
 //     directory, its changeset committed (auto) and dropped (discard),
 //     against the floor: the same files written, fsynced and renamed into
@@ -226,6 +229,21 @@ func testRunRow(dm *daemon, proj, bwCache, cacheDest string, goEnv map[string]st
 	bw := func(argv ...string) string {
 		return runOut("bwrap", append(bwrap[:len(bwrap):len(bwrap)], argv...), nil, "")
 	}
+	// bwrap again, from a CPU cgroup of its own beside the root's tasks,
+	// as sluice's containers are (all in one group, /sluice): what the
+	// host's sharing of its CPUs does to a cgroup under load, apart
+	// from the sandbox.
+	grp, err := cpuGroup(fmt.Sprintf("sluice-bench-bwrap-%d", os.Getpid()))
+	if err != nil {
+		fmt.Printf("(no bwrap-in-a-cgroup column: %v)\n", err)
+	} else {
+		defer os.Remove(grp)
+		stopDaemons = append(stopDaemons, func() { os.Remove(grp) }) // when a check fails
+	}
+	bwGrp := func(argv ...string) string {
+		sh := []string{"-c", `echo $$ > "$0/cgroup.procs" && exec bwrap "$@"`, grp}
+		return runOut("sh", append(append(sh, bwrap...), argv...), nil, "")
+	}
 	// Each run must have run the test (not "(cached)") and passed.
 	ran := func(side, out string) error {
 		if !strings.Contains(out, "ok  \tbenchproj/calc") || strings.Contains(out, "(cached)") {
@@ -247,6 +265,9 @@ func testRunRow(dm *daemon, proj, bwCache, cacheDest string, goEnv map[string]st
 		{run: func() error { return ran("sluice", deref(callArgv(dm, "w_gotest", goTest("./calc")).Output)) }},
 		{run: func() error { return ran("bwrap", bw(goTest("./calc")...)) }},
 	}
+	if grp != "" {
+		fns = append(fns, timed{run: func() error { return ran("bwrap in a cgroup", bwGrp(goTest("./...")...)) }})
+	}
 	t0 := time.Now()
 	lat := interleave(fns, n)
 	sl, bwr, slTrue, bwTrue, slPkg, bwPkg := pct(lat[0], 50), pct(lat[1], 50), pct(lat[2], 50), pct(lat[3], 50), pct(lat[4], 50), pct(lat[5], 50)
@@ -258,6 +279,12 @@ func testRunRow(dm *daemon, proj, bwCache, cacheDest string, goEnv map[string]st
 	fmt.Printf("%-52s %9.1f %9.1f\n", "bwrap: /bin/true, same binds", ms(bwTrue), ms(pct(lat[3], 95)))
 	fmt.Printf("%-52s %9.1f %9.1f\n", "sluice: go test ./calc (no walk of the tree)", ms(slPkg), ms(pct(lat[4], 95)))
 	fmt.Printf("%-52s %9.1f %9.1f\n", "bwrap: go test ./calc", ms(bwPkg), ms(pct(lat[5], 95)))
+	grpNote := ""
+	if grp != "" {
+		bwG := pct(lat[6], 50)
+		fmt.Printf("%-52s %9.1f %9.1f\n", "bwrap in a CPU cgroup of its own: go test ./...", ms(bwG), ms(pct(lat[6], 95)))
+		grpNote = fmt.Sprintf("; bwrap from a CPU cgroup of its own, as sluice's containers: %.1f ms, sluice %.2f× that", ms(bwG), float64(sl)/float64(bwG))
+	}
 	sort.Ints(changes)
 	fmt.Printf("bwrap's cache: %s; changes a sluice go test call listed (and discarded): %d\n", bwCache, changes[len(changes)/2])
 	// sluiced's own CPU a go test ./... call (its FUSE view serving the
@@ -272,8 +299,8 @@ func testRunRow(dm *daemon, proj, bwCache, cacheDest string, goEnv map[string]st
 	fmt.Printf("sluiced's CPU a go test ./... call: %.0f ms\n", ms(cpu))
 	ratioGoal("a test run writing caches: go test ./..., 10,000-file project, writes commit discard + cache, p50", sl, bwr, "bwrap --bind", 1.3)
 	infoRow("the same, where the time goes (p50)",
-		fmt.Sprintf("the box alone (/bin/true, same tool and binds): sluice %.1f ms, bwrap %.1f ms; go test ./calc, no walk of the tree: %.2f× (%.1f vs %.1f ms); the walk of ./...: sluice %.1f ms, bwrap %.1f ms; sluiced's CPU a call %.0f ms",
-			ms(slTrue), ms(bwTrue), float64(slPkg)/float64(bwPkg), ms(slPkg), ms(bwPkg), ms(sl-slPkg), ms(bwr-bwPkg), ms(cpu)))
+		fmt.Sprintf("the box alone (/bin/true, same tool and binds): sluice %.1f ms, bwrap %.1f ms; go test ./calc, no walk of the tree: %.2f× (%.1f vs %.1f ms); the walk of ./...: sluice %.1f ms, bwrap %.1f ms; sluiced's CPU a call %.0f ms%s",
+			ms(slTrue), ms(bwTrue), float64(slPkg)/float64(bwPkg), ms(slPkg), ms(bwPkg), ms(sl-slPkg), ms(bwr-bwPkg), ms(cpu), grpNote))
 }
 
 func deref(s *string) string {
@@ -393,4 +420,33 @@ func thousands(n int) string {
 		return strconv.Itoa(n)
 	}
 	return fmt.Sprintf("%d,%03d", n/1000, n%1000)
+}
+
+// cpuGroup makes a cgroup named name in the CPU controller's hierarchy
+// (cgroup v1's cpu hierarchy, or the cgroup v2 root when it offers cpu),
+// a sibling of sluice's own, and returns its directory.
+func cpuGroup(name string) (string, error) {
+	roots, err := cgroupRoots()
+	if err != nil {
+		return "", err
+	}
+	dir := ""
+	for _, r := range roots {
+		if slices.Contains(strings.Split(filepath.Base(r), ","), "cpu") {
+			dir = r
+		}
+	}
+	if dir == "" {
+		if b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && slices.Contains(strings.Fields(string(b)), "cpu") {
+			dir = "/sys/fs/cgroup"
+		}
+	}
+	if dir == "" {
+		return "", fmt.Errorf("no cgroup hierarchy with the cpu controller")
+	}
+	g := filepath.Join(dir, name)
+	if err := os.Mkdir(g, 0o755); err != nil {
+		return "", err
+	}
+	return g, nil
 }

@@ -14,12 +14,15 @@
 // --ro-bind of the same tree, interleaved sample by sample. --bin-old DIR
 // adds a second, older sluiced beside them as one more column; --rivals
 // adds codex sandbox and srt (installed from npm under --rivals-dir) on
-// the cat, find and git status rows. --all runs the execute rows and the view
-// rows. Every run ends with a goals table: each of the Performance issue's
+// the cat, find and git status rows. The write rows (writes.go: go test
+// through a tool with writes and cache against bwrap --bind, and a
+// 200-file changeset against its floor) follow the execute rows in the
+// default run; --writes runs only them. --all runs the execute rows, the
+// write rows and the view rows. Every run ends with a goals table: each of the Performance issue's
 // goals that the run measured, as the ratio or value the goal is stated
 // in, and whether it was met.
 //
-//	execbench --bin bin [--n 150] [--seconds 5] [--views | --all] [--view-n 30] [--bin-old DIR] [--rivals [--rivals-dir DIR]]
+//	execbench --bin bin [--n 150] [--seconds 5] [--views | --writes | --all] [--view-n 30] [--cache-n 10] [--changeset-n 20] [--bin-old DIR] [--rivals [--rivals-dir DIR]]
 package main
 
 import (
@@ -52,7 +55,10 @@ func main() {
 	space := flag.Duration("space", 40*time.Millisecond, "pause between latency calls")
 	binOld := flag.String("bin-old", "", "directory holding a second (older) sluiced and sluice-helper: one more method in the execute rows (pooled, cold, and its own throughput run) and one more column in the view rows")
 	viewsOnly := flag.Bool("views", false, "run only the view rows (the FUSE view against bwrap --ro-bind)")
-	all := flag.Bool("all", false, "run the execute rows and the view rows")
+	all := flag.Bool("all", false, "run the execute rows, the write rows and the view rows")
+	writesOnly := flag.Bool("writes", false, "run only the write rows (go test with writes and cache against bwrap --bind; a 200-file changeset against its floor)")
+	cacheN := flag.Int("cache-n", 10, "samples per side of the go test row (0: leave the row out)")
+	changesetN := flag.Int("changeset-n", 20, "samples per column of the 200-file changeset row (0: leave the row out)")
 	viewN := flag.Int("view-n", 30, "samples per view row, per side")
 	rivals := flag.Bool("rivals", false, "also run codex sandbox and srt (installed from npm under --rivals-dir) on the view rows' cat, find and git status")
 	cache, _ := os.UserCacheDir()
@@ -71,8 +77,11 @@ func main() {
 	file := filepath.Join(ws, "four_k.txt")
 	check(os.WriteFile(file, bytes.Repeat([]byte("0123456789abcde\n"), 256), 0o644))
 	t0 := time.Now()
-	if !*viewsOnly {
+	if !*viewsOnly && !*writesOnly {
 		execRows(work, ws, file, *bin, *binOld, *n, *secs, *space)
+	}
+	if !*viewsOnly || *all {
+		writeRows(work, *bin, *cacheN, *changesetN, *space)
 	}
 	if views {
 		dir := ""

@@ -478,16 +478,11 @@ func makeViewWorkspace(base, demo string) string {
 	}
 	check(os.WriteFile(filepath.Join(small, "four_k.txt"), fourK, 0o644))
 	check(os.WriteFile(filepath.Join(tree, "four_k.txt"), fourK, 0o644))
-	for i := range treeDirs {
+	writeTree(tree)
+	for i := 0; i < treeDirs; i += 10 { // secrets the old build masks and the view hides
 		dir := filepath.Join(tree, fmt.Sprintf("d%03d", i))
-		check(os.Mkdir(dir, 0o755))
-		for j := range treeFiles {
-			check(os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d.txt", j)), []byte(fmt.Sprintf("%d/%d\n", i, j)), 0o644))
-		}
-		if i%10 == 0 { // secrets the old build masks and the view hides
-			check(os.WriteFile(filepath.Join(dir, ".env"), []byte("TOKEN=BENCH-SECRET\n"), 0o600))
-			check(os.WriteFile(filepath.Join(dir, "id.pem"), []byte("BENCH-SECRET-KEY\n"), 0o600))
-		}
+		check(os.WriteFile(filepath.Join(dir, ".env"), []byte("TOKEN=BENCH-SECRET\n"), 0o600))
+		check(os.WriteFile(filepath.Join(dir, "id.pem"), []byte("BENCH-SECRET-KEY\n"), 0o600))
 	}
 	check(os.WriteFile(filepath.Join(tree, ".env"), []byte("TOKEN=BENCH-SECRET\n"), 0o600))
 	for j := range 10 {

@@ -167,15 +167,6 @@ func (e *env) parse(fs *flag.FlagSet, args []string, help string) ([]string, int
 	}
 }
 
-func (e *env) transportErr(err error) int {
-	fmt.Fprintf(e.stderr, "sluice: %v\n", err)
-	var ae *client.APIError
-	if errors.As(err, &ae) && ae.Status == 403 {
-		return ExitDenied
-	}
-	return ExitUsage
-}
-
 const callHelp = `Usage: sluice call TOOL [--args JSON] [--task ID] [--stream] [--json]
 
 Ask sluiced to run TOOL. The daemon decides from its manifest and your

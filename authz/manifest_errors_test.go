@@ -129,3 +129,34 @@ func TestNoGoTypeNames(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsDetail: an execute call without argv, on a tool with several
+// commands (or one pattern), is told that argv is required.
+func TestArgsDetail(t *testing.T) {
+	m, err := Parse(strings.NewReader(`{"schema_version":1,"tools":{
+		"three":{"operation":"execute","commands":[["make","test"],["make","lint"],["go","vet"]]},
+		"pattern":{"operation":"execute","commands":[["make",{"one_of":["test","lint"]}]]},
+		"one":{"operation":"execute","commands":[["make","test"]]},
+		"r":{"operation":"read","roots":["a"]}}}`), "/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tool string
+		args OpArgs
+		bad  string
+		want string
+	}{
+		{"three", &ExecArgs{}, "", "argv is required: this tool has 3 command patterns; see sluice tools --json"},
+		{"pattern", &ExecArgs{}, "", "argv is required: this tool has 1 command pattern, not a literal argv; see sluice tools --json"},
+		{"one", &ExecArgs{}, "", ""},
+		{"three", &ExecArgs{Argv: []string{"make", "test"}}, "", ""},
+		{"r", &ReadArgs{}, "args.path: required", "args.path: required"},
+	} {
+		req := &Request{Principal: "local", Tool: c.tool, Args: c.args, ArgsError: c.bad}
+		d := Decide(m, req)
+		if got := ArgsDetail(m.Tools[c.tool], req, d); got != c.want {
+			t.Errorf("%s %+v: %s, detail %q, want %q", c.tool, c.args, d.Reason, got, c.want)
+		}
+	}
+}

@@ -57,6 +57,7 @@ func (c *call) awaitApprovalAfterRun(change *api.ApprovalChange, pending func(id
 		c.auditApprovalEnd(id, reason, "withdrawn while waiting: "+context.Cause(c.ctx).Error())
 		return reason
 	}
+	c.approvalNote = v.note // the agent is told it (api.CallResult.ApprovalNote)
 	if !v.approve {
 		return api.ReasonApprovalDenied
 	}

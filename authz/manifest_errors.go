@@ -130,6 +130,9 @@ func (w *jsonWalker) value(path string, out *[]jsonValue) {
 		for w.i < len(w.data) && strings.IndexByte(",]} \t\r\n", w.data[w.i]) < 0 {
 			w.i++
 		}
+		if w.i == (*out)[n].start {
+			w.i++ // not JSON; callers give valid JSON, but never loop
+		}
 	}
 	(*out)[n].end = w.i
 }

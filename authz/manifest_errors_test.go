@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"errors"
 	"reflect"
 	"regexp"
 	"strings"
@@ -159,4 +160,24 @@ func TestArgsDetail(t *testing.T) {
 			t.Errorf("%s %+v: %s, detail %q, want %q", c.tool, c.args, d.Reason, got, c.want)
 		}
 	}
+}
+
+// FuzzManifestErrorPlace: whatever the document, ParseFile does not
+// panic or hang, and the place an error names is in the document.
+func FuzzManifestErrorPlace(f *testing.F) {
+	f.Add(strings.Replace(goldenJSON, "%s", `"20s"`, 1))
+	f.Add(`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a",]}}}`)
+	f.Add(`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"]}}} {"x":}`)
+	f.Add(`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["a",{"glob":1}]]}}}`)
+	f.Fuzz(func(t *testing.T, doc string) {
+		_, err := ParseFile("m.json", strings.NewReader(doc), "/base")
+		var me *ManifestError
+		if err == nil || !errors.As(err, &me) || me.Line == 0 {
+			return
+		}
+		lines := strings.Count(doc, "\n") + 1
+		if me.Line > lines || me.Col < 1 {
+			t.Fatalf("%q: %v: line %d of %d, column %d", doc, err, me.Line, lines, me.Col)
+		}
+	})
 }

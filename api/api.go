@@ -292,6 +292,14 @@ type CallResult struct {
 	Changes   []Change `json:"changes,omitempty"`
 	Committed *bool    `json:"committed,omitempty"`
 	Dropped   int      `json:"dropped,omitempty"`
+	// Detail says more of a denial than its reason code where the code
+	// alone does not name the fix: for invalid_args, what is wrong with
+	// the args ("argv is required: this tool has 3 command patterns; …").
+	// Never under deny_detail "opaque".
+	Detail string `json:"detail,omitempty"`
+	// ApprovalNote is the note the approver gave deciding this call
+	// (sluice approve|deny ID --note TEXT), approved or denied.
+	ApprovalNote string `json:"approval_note,omitempty"`
 }
 
 // CacheCleared answers POST /v1/caches/{tool}/clear: how many caches
@@ -388,6 +396,9 @@ type DecisionEvent struct {
 	Verdict    Verdict `json:"verdict"`
 	Reason     Reason  `json:"reason"`
 	ApprovalID string  `json:"approval_id,omitempty"`
+	// ExpiresAt is a pending decision's: when the wait for a human ends
+	// (RFC 3339), so that a caller can say how long it may wait.
+	ExpiresAt string `json:"expires_at,omitempty"`
 }
 
 // OutputEvent carries bytes as they arrive; Data when they are UTF-8, else
@@ -413,6 +424,8 @@ type Event struct {
 	Stream  string `json:"stream,omitempty"`
 	Data    string `json:"data,omitempty"`
 	DataB64 string `json:"data_b64,omitempty"`
+	// ExpiresAt is a pending decision's (DecisionEvent.ExpiresAt).
+	ExpiresAt string `json:"expires_at,omitempty"`
 	CallResult
 	// Raw is the line as the daemon sent it.
 	Raw json.RawMessage `json:"-"`

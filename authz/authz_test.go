@@ -73,7 +73,7 @@ func TestManifestErrors(t *testing.T) {
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a/../../b"]}}}`, "tools.r.roots[0]"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":[""]}}}`, "tools.r.roots[0]"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":-1}}}`, "tools.r.max_bytes"},
-		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":"big"}}}`, "manifest: tools.r.max_bytes: expected int64, got JSON string"},
+		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"max_bytes":"big"}}}`, `manifest: tools.r.max_bytes: a number of bytes, e.g. 65536, not the string "big"`},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"approval":"maybe"}}}`, "tools.r.approval"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"never":["[x"]}}}`, "tools.r.never[0]"},
 		{`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"never":[".env"],"hard_links":"yes"}}}`, "tools.r.hard_links"},

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/api"
@@ -201,13 +202,31 @@ var ErrInvalidManifest = errors.New("invalid manifest")
 type ManifestError struct {
 	Key string // e.g. tools.read_file.roots[1]
 	Msg string
+	// File is the manifest's name, set by ParseFile; Line and Col are
+	// where in it the error is (0: not known; Col 0: the line only).
+	// With a File, Error says FILE:LINE:COL: KEY: MSG, as compilers do.
+	File      string
+	Line, Col int
+
+	at   int    // 1 + the byte offset in the JSON document; 0: unknown
+	near string // a TOML error's line is of this enclosing key
 }
 
 func (e *ManifestError) Error() string {
-	if e.Key == "" {
-		return "manifest: " + e.Msg
+	where := "manifest"
+	if e.File != "" {
+		where = e.File
+		if e.Line > 0 {
+			where += ":" + strconv.Itoa(e.Line)
+			if e.Col > 0 {
+				where += ":" + strconv.Itoa(e.Col)
+			}
+		}
 	}
-	return "manifest: " + e.Key + ": " + e.Msg
+	if e.Key == "" {
+		return where + ": " + e.Msg
+	}
+	return where + ": " + e.Key + ": " + e.Msg
 }
 
 func (e *ManifestError) Unwrap() error { return ErrInvalidManifest }
@@ -227,11 +246,21 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 	if len(data) > MaxManifestBytes {
 		return nil, merr("", "larger than %d bytes", MaxManifestBytes)
 	}
+	m, err := parseJSON(data, dir)
+	if err != nil {
+		return nil, positioned(err, data)
+	}
+	return m, nil
+}
+
+// parseJSON is Parse of the document data, its errors not yet placed
+// (ParseTOML places them in the TOML it read).
+func parseJSON(data []byte, dir string) (*Manifest, error) {
 	// schema_version first: it decides how the rest is read.
 	// A map keeps keys as written: a struct would match Schema_Version.
 	var head map[string]json.RawMessage
 	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&head); err != nil {
-		return nil, merr("", "not valid JSON: %v", err)
+		return nil, syntaxError(data)
 	}
 	sv, ok := head["schema_version"]
 	if !ok {
@@ -257,15 +286,14 @@ func Parse(r io.Reader, dir string) (*Manifest, error) {
 			return nil, keyError(err)
 		}
 	}
+	var err error
 	m := new(Manifest)
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(m); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			if key := jsonPathAt(data, te.Offset); key != "" {
-				return nil, merr(key, "expected %s, got JSON %s", te.Type, te.Value)
-			}
+			return nil, typeError(data, te)
 		}
 		return nil, merr("", "%s", describeDecodeError(err))
 	}
@@ -321,79 +349,12 @@ func keyError(err error) error {
 		return merr("", "%v", err)
 	}
 	if ke.Msg == strictjson.MsgRepeated {
-		return merr(ke.Path, "given twice; a key appears once")
+		return &ManifestError{Key: ke.Path, Msg: "given twice; a key appears once", at: ke.Offset + 1}
 	}
-	return merr(ke.Path, "unknown key (schema_version 1 has no such key; check its spelling: keys are case-sensitive)")
-}
-
-// jsonPathAt is the key path (tools.r.max_bytes, tools.r.roots[1]) of
-// the value data holds at byte offset off, where encoding/json reported
-// a value of the wrong type; its own Field leaves out map keys. "" if
-// not found.
-func jsonPathAt(data []byte, off int64) string {
-	type frame struct {
-		array bool
-		key   string // an object's current key
-		index int    // an array's current element
-	}
-	var stack []frame
-	path := func() string {
-		var b strings.Builder
-		for _, f := range stack {
-			if f.array {
-				fmt.Fprintf(&b, "[%d]", f.index)
-				continue
-			}
-			if b.Len() > 0 {
-				b.WriteByte('.')
-			}
-			b.WriteString(f.key)
-		}
-		return b.String()
-	}
-	inObject := func() bool { return len(stack) > 0 && !stack[len(stack)-1].array }
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	wantKey := false // the next token is an object's key
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
-			stack = stack[:len(stack)-1]
-			wantKey = inObject()
-			continue
-		}
-		if wantKey {
-			stack[len(stack)-1].key, _ = tok.(string)
-			wantKey = false
-			continue
-		}
-		// a value: an array's next element, or the value of a key
-		if n := len(stack); n > 0 && stack[n-1].array {
-			stack[n-1].index++
-		}
-		if dec.InputOffset() >= off {
-			return path()
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, frame{})
-			wantKey = true
-		case json.Delim('['):
-			stack = append(stack, frame{array: true, index: -1})
-		default:
-			wantKey = inObject()
-		}
-	}
+	return &ManifestError{Key: ke.Path, Msg: "unknown key (schema_version 1 has no such key; check its spelling: keys are case-sensitive)", at: ke.Offset + 1}
 }
 
 func describeDecodeError(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fmt.Sprintf("%s: expected %s, got JSON %s", te.Field, te.Type, te.Value)
-	}
 	msg := err.Error()
 	if strings.HasPrefix(msg, "json: unknown field ") {
 		return "unknown key " + strings.TrimPrefix(msg, "json: unknown field ") + " (schema_version 1 has no such key; check its spelling)"

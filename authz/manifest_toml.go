@@ -18,11 +18,30 @@ import (
 
 // ParseFile parses a manifest by its file name: TOML when it ends in
 // .toml, JSON otherwise (docs/manifest.md).
+//
+// Its errors name the file and where in it: NAME:LINE:COL: KEY: MSG
+// (docs/manifest.md, "Errors").
 func ParseFile(name string, r io.Reader, dir string) (*Manifest, error) {
-	if strings.EqualFold(filepath.Ext(name), ".toml") {
-		return ParseTOML(r, dir)
+	data, err := io.ReadAll(io.LimitReader(r, MaxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
 	}
-	return Parse(r, dir)
+	if len(data) > MaxManifestBytes {
+		return nil, &ManifestError{File: name, Msg: fmt.Sprintf("larger than %d bytes", MaxManifestBytes)}
+	}
+	var m *Manifest
+	if strings.EqualFold(filepath.Ext(name), ".toml") {
+		m, err = parseTOML(data, dir)
+	} else if m, err = parseJSON(data, dir); err != nil {
+		err = positioned(err, data)
+	}
+	var me *ManifestError
+	if errors.As(err, &me) {
+		named := *me
+		named.File = name
+		return nil, &named
+	}
+	return m, err
 }
 
 // ParseTOML reads a TOML manifest as the JSON document it spells and
@@ -38,6 +57,9 @@ func ParseFile(name string, r io.Reader, dir string) (*Manifest, error) {
 // does for JSON (docs/security.md, "The third review"). A TOML value with
 // no JSON meaning (a date or time, nan, inf) is refused. Errors name the
 // key and, where the key is found in the document, its line.
+//
+// Without a file name, an error's place is said in its message:
+// "manifest: KEY: line N: MSG".
 func ParseTOML(r io.Reader, dir string) (*Manifest, error) {
 	data, err := io.ReadAll(io.LimitReader(r, MaxManifestBytes+1))
 	if err != nil {
@@ -46,6 +68,27 @@ func ParseTOML(r io.Reader, dir string) (*Manifest, error) {
 	if len(data) > MaxManifestBytes {
 		return nil, merr("", "larger than %d bytes", MaxManifestBytes)
 	}
+	m, err := parseTOML(data, dir)
+	var me *ManifestError
+	if errors.As(err, &me) && me.Line > 0 {
+		inline := *me
+		switch {
+		case me.near != "":
+			inline.Msg = fmt.Sprintf("in %s at line %d: %s", me.near, me.Line, me.Msg)
+		case me.Col > 0:
+			inline.Msg = fmt.Sprintf("line %d, column %d: %s", me.Line, me.Col, me.Msg)
+		default:
+			inline.Msg = fmt.Sprintf("line %d: %s", me.Line, me.Msg)
+		}
+		inline.Line, inline.Col, inline.near = 0, 0, ""
+		return nil, &inline
+	}
+	return m, err
+}
+
+// parseTOML is ParseTOML of the document data, each error's line (and
+// column, for a syntax error) in its Line and Col.
+func parseTOML(data []byte, dir string) (*Manifest, error) {
 	var tree map[string]any
 	if err := toml.Unmarshal(data, &tree); err != nil {
 		return nil, tomlError(err)
@@ -62,7 +105,7 @@ func ParseTOML(r io.Reader, dir string) (*Manifest, error) {
 	if err := tomlToJSON(&buf, tree, ""); err != nil {
 		return nil, lines.at(err)
 	}
-	m, err := Parse(&buf, dir)
+	m, err := parseJSON(buf.Bytes(), dir)
 	if err != nil {
 		return nil, lines.at(err)
 	}
@@ -217,10 +260,11 @@ func (l tomlLines) at(err error) error {
 	}
 	for exact := true; k != ""; exact = false {
 		if line, ok := l[k]; ok {
-			if exact {
-				return &ManifestError{Key: me.Key, Msg: fmt.Sprintf("line %d: %s", line, me.Msg)}
+			out := &ManifestError{Key: me.Key, Msg: me.Msg, Line: line}
+			if !exact {
+				out.near = k
 			}
-			return &ManifestError{Key: me.Key, Msg: fmt.Sprintf("in %s at line %d: %s", k, line, me.Msg)}
+			return out
 		}
 		i := strings.LastIndexByte(k, '.')
 		if i < 0 {
@@ -237,7 +281,7 @@ func tomlError(err error) error {
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		line, col := de.Position()
-		return merr(strings.Join(de.Key(), "."), "line %d, column %d: %s", line, col, strings.TrimPrefix(de.Error(), "toml: "))
+		return &ManifestError{Key: strings.Join(de.Key(), "."), Msg: strings.TrimPrefix(de.Error(), "toml: "), Line: line, Col: col}
 	}
 	return merr("", "not valid TOML: %v", err)
 }

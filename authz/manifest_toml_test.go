@@ -62,7 +62,7 @@ func TestTOMLErrors(t *testing.T) {
 		{"repeated table", "schema_version = 1\n[tools.a]\noperation = 'read'\n[tools.a]\nroots = ['b']\n",
 			"line 4"},
 		{"wrong type", "schema_version = 1\n[tools.a]\noperation = 'read'\nroots = ['a']\nmax_bytes = 'lots'\n",
-			"manifest: tools.a.max_bytes: line 5: expected int64, got JSON string"},
+			`manifest: tools.a.max_bytes: line 5: a number of bytes, e.g. 65536, not the string "lots"`},
 		{"no schema_version", "[tools.a]\noperation = 'read'\n", "manifest: schema_version: missing; add schema_version = 1"},
 		{"schema_version 2", "schema_version = 2\n", "manifest: schema_version: is 2; this sluice reads only 1"},
 		{"validated as JSON is", "schema_version = 1\n[tools.a]\noperation = 'read'\nroots = ['../x']\n", "manifest: tools.a.roots[0]"},

@@ -211,7 +211,7 @@ func (c *call) awaitApproval(em emitter) bool {
 	// the pending event must find it.
 	c.d.approvals.park(pk)
 	em.decision(api.DecisionEvent{Event: api.EventDecision, CallID: c.id, Verdict: api.VerdictPending,
-		Reason: api.ReasonApprovalRequired, ApprovalID: id})
+		Reason: api.ReasonApprovalRequired, ApprovalID: id, ExpiresAt: pk.expires.UTC().Format(time.RFC3339Nano)})
 	c.d.log.Info("call waiting for approval", "approval_id", id, "call_id", c.id, "tool", c.req.Tool,
 		"principal", c.areq.Principal, "expires_in", timeout.String())
 	// Parked: the policy goes back, so a reload is not held up and its
@@ -227,6 +227,7 @@ func (c *call) awaitApproval(em emitter) bool {
 	}
 	c.p = c.d.acquire()
 	if !v.approve {
+		c.approvalNote = v.note
 		return c.denyAfterApproval(em, api.ReasonApprovalDenied)
 	}
 	// Approved: decided again, from the same request, under the current
@@ -255,6 +256,7 @@ func (c *call) awaitApproval(em emitter) bool {
 		return false
 	}
 	c.decoded = dc
+	c.approvalNote = v.note // the agent is told it (api.CallResult.ApprovalNote)
 	c.areq.Approved = true
 	c.areq.Principal, _ = c.p.m.Identify(c.peer.UID, c.peer.GID)
 	c.resolve()
@@ -421,7 +423,7 @@ func (d *Daemon) handleApprovalDecide(w http.ResponseWriter, r *http.Request, pe
 	if err != nil {
 		// Fail closed: an approval that cannot be recorded is a denial.
 		d.log.Error("audit approval failed; denying the call", "err", err, "approval_id", id)
-		pk.verdict <- approvalVerdict{approve: false, note: "audit unavailable"}
+		pk.verdict <- approvalVerdict{approve: false} // no approver's note: none was recorded
 		writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable, "the audit ledger cannot be written; the call was denied")
 		return
 	}

@@ -39,6 +39,7 @@ func (c *call) awaitApprovalAfterRun(change *api.ApprovalChange, pending func(id
 	if ended != "" {
 		return ended
 	}
+	c.approvalNote = v.note // the agent is told it (api.CallResult.ApprovalNote)
 	if !v.approve {
 		return api.ReasonApprovalDenied
 	}

@@ -639,7 +639,7 @@ func TestTOMLCaseVariantRefused(t *testing.T) {
 	const good = "schema_version = 1\n[tools.read_file]\noperation = 'read'\nroots = ['workspace/src']\nnever = ['.env']\n"
 	testutil.Must(t, os.WriteFile(p, []byte(good+"NEVER = []\n"), 0o644))
 	err := runRefused(t, p)
-	if err == nil || !strings.Contains(err.Error(), "manifest: tools.read_file.NEVER: line 6: unknown key") {
+	if err == nil || !strings.Contains(err.Error(), "manifest.toml:6: tools.read_file.NEVER: unknown key") {
 		t.Fatalf("sluiced on a manifest with NEVER after never: %v, want refused naming the key and line", err)
 	}
 	testutil.Must(t, os.WriteFile(p, []byte(good), 0o644))

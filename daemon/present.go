@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/internal/jsonenc"
 )
 
@@ -33,6 +34,10 @@ func (c *call) present(o *outcome) api.CallResult {
 	}
 	if c.dec.Resource != nil && c.dec.Resource.Path != "" && c.dec.Reason != api.ReasonOutsideRoots {
 		res.Resource = c.dec.Resource.Path
+	}
+	if c.decoded != nil {
+		res.Detail = authz.ArgsDetail(c.tool, &c.areq, c.dec)
+		res.ApprovalNote = c.approvalNote
 	}
 	if o != nil {
 		res.OK, res.Reason, res.Truncated = o.ok, o.reason, o.truncated

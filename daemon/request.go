@@ -46,6 +46,10 @@ type decoded struct {
 	// args are the args as the operation decoded them: what an approver
 	// is shown of the call, and what an approval binds (args.Bound).
 	args authz.Args
+
+	// approvalNote is the note of the approver who decided the call
+	// (approvals.go), for its result (api.CallResult.ApprovalNote).
+	approvalNote string
 }
 
 // decodeCall parses a /v1/calls body under manifest m. Type errors and

@@ -107,5 +107,13 @@ func appendCallResult(b []byte, r *api.CallResult) (_ []byte, ok bool) {
 		b = append(b, `,"dropped":`...)
 		b = strconv.AppendInt(b, int64(r.Dropped), 10)
 	}
+	if r.Detail != "" {
+		b = append(b, `,"detail":`...)
+		b = jsonenc.AppendString(b, r.Detail)
+	}
+	if r.ApprovalNote != "" {
+		b = append(b, `,"approval_note":`...)
+		b = jsonenc.AppendString(b, r.ApprovalNote)
+	}
 	return append(b, '}'), true
 }

@@ -110,8 +110,12 @@ func sameKeyResult(t *testing.T, data []byte, typ reflect.Type) {
 	switch {
 	case want == nil && got == nil:
 	case errors.As(want, &wk) && errors.As(got, &gk):
-		if *gk != *wk {
+		if gk.Path != wk.Path || gk.Msg != wk.Msg {
 			t.Fatalf("%v on %q: got %v, the token walk %v", typ, data, got, want)
+		}
+		// Offset is the key's opening quote
+		if gk.Offset < 0 || gk.Offset >= len(data) || data[gk.Offset] != '"' {
+			t.Fatalf("%v on %q: %v at offset %d, not a key", typ, data, got, gk.Offset)
 		}
 	default:
 		t.Fatalf("%v on %q: got %v, the token walk %v", typ, data, got, want)

@@ -22,6 +22,9 @@ import (
 type KeyError struct {
 	Path string // e.g. args.PATH, list[].x
 	Msg  string
+	// Offset is the byte offset in the data of the key's opening quote,
+	// so that a caller can say where it is (a line and column).
+	Offset int
 }
 
 func (e *KeyError) Error() string { return e.Path + ": " + e.Msg }
@@ -82,6 +85,7 @@ type scanner struct {
 type keyErr struct {
 	steps []step
 	msg   string
+	off   int // the key's opening quote
 }
 
 // step is a key, or an array's element.
@@ -106,7 +110,7 @@ func (e *keyErr) keyError() *KeyError {
 		}
 		b.WriteString(e.steps[i].key)
 	}
-	return &KeyError{Path: b.String(), Msg: e.msg}
+	return &KeyError{Path: b.String(), Msg: e.msg, Offset: e.off}
 }
 
 // within adds one step to err's path if it is a keyErr.
@@ -234,6 +238,7 @@ func (s *scanner) object(t reflect.Type) error {
 	)
 	for {
 		s.space()
+		keyAt := s.i
 		raw, plain, err := s.str()
 		if err != nil {
 			return err
@@ -271,14 +276,14 @@ func (s *scanner) object(t reflect.Type) error {
 			}
 		}
 		if twice {
-			return &keyErr{steps: []step{{key: string(key)}}, msg: MsgRepeated}
+			return &keyErr{steps: []step{{key: string(key)}}, msg: MsgRepeated, off: keyAt}
 		}
 		var vt reflect.Type
 		switch {
 		case isStruct:
 			ft, ok := fields[string(key)]
 			if !ok {
-				return &keyErr{steps: []step{{key: string(key)}}, msg: "unknown field (names are case-sensitive)"}
+				return &keyErr{steps: []step{{key: string(key)}}, msg: "unknown field (names are case-sensitive)", off: keyAt}
 			}
 			vt = ft
 		case t != nil && t.Kind() == reflect.Map:

@@ -167,15 +167,6 @@ func (e *env) parse(fs *flag.FlagSet, args []string, help string) ([]string, int
 	}
 }
 
-func (e *env) transportErr(err error) int {
-	fmt.Fprintf(e.stderr, "sluice: %v\n", err)
-	var ae *client.APIError
-	if errors.As(err, &ae) && ae.Status == 403 {
-		return ExitDenied
-	}
-	return ExitUsage
-}
-
 const callHelp = `Usage: sluice call TOOL [--args JSON] [--task ID] [--stream] [--json]
 
 Ask sluiced to run TOOL. The daemon decides from its manifest and your
@@ -254,7 +245,7 @@ func (e *env) call(args []string) int {
 				return nil
 			}
 			if ev.Event == api.EventDecision && ev.Verdict == api.VerdictPending {
-				fmt.Fprintf(e.stderr, "sluice: waiting for approval %s (an approver runs: sluice approve %s)\n", ev.ApprovalID, ev.ApprovalID)
+				fmt.Fprintln(e.stderr, pendingLine(&ev))
 			}
 			if ev.Event == api.EventOutput {
 				w := stdout
@@ -270,6 +261,9 @@ func (e *env) call(args []string) int {
 			}
 			return nil
 		})
+	} else if isTerminal(e.stderr) {
+		// Never silent: a call that waits for a human says so at once.
+		res, err = callTelling(e.ctx, c, req, e.stderr)
 	} else {
 		res, err = c.Call(e.ctx, req)
 	}
@@ -294,11 +288,12 @@ func (e *env) call(args []string) int {
 	finish()
 	if !*asJSON {
 		printChangeset(e.stderr, res)
+		printApprovalNote(e.stderr, res)
 	}
 	switch {
 	case res.Verdict != api.VerdictAllow:
 		if !*asJSON {
-			fmt.Fprintf(e.stderr, "sluice: denied: %s\n", res.Reason)
+			fmt.Fprintln(e.stderr, denialLine(res))
 		}
 		return ExitDenied
 	case !res.OK:

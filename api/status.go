@@ -77,6 +77,12 @@ type TaskInfo struct {
 	InFlight  int    `json:"in_flight"`
 }
 
+// revision is set by the Makefile's build (-ldflags "-X
+// github.com/sluicehq/sluice/api.revision=…", from git describe): the go
+// command's own VCS stamp is often off (GOFLAGS=-buildvcs=false, builds in
+// a VM from a copied tree).
+var revision string
+
 var buildOnce = sync.OnceValues(func() (rev string, modified bool) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -93,11 +99,15 @@ var buildOnce = sync.OnceValues(func() (rev string, modified bool) {
 	return rev, modified
 })
 
-// Revision is the VCS revision the running binary was built from, as the
-// go command stamped it (runtime/debug.ReadBuildInfo, "vcs.revision"),
-// shortened to 12 hex digits, with "+dirty" when the tree had changes;
-// empty when the build had no VCS stamp (go run, go test, -buildvcs=false).
+// Revision is the VCS revision the running binary was built from: the one
+// make build sets (revision), else the go command's stamp
+// (runtime/debug.ReadBuildInfo, "vcs.revision"), 12 hex digits, with
+// "+dirty" when the tree had changes; empty when there is neither (go run,
+// go test, go build with -buildvcs=false).
 func Revision() string {
+	if revision != "" {
+		return revision
+	}
 	rev, modified := buildOnce()
 	if len(rev) > 12 {
 		rev = rev[:12]

@@ -129,7 +129,9 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request, peer Peer)
 		if !all && c.owner != name {
 			continue
 		}
-		st.Calls = append(st.Calls, api.StatusCall{CallID: c.id, Principal: c.owner, Tool: c.req.Tool, Task: c.req.Task,
+		// What begin set, and never changes: not c.req (an approved
+		// call is decoded again, under its own goroutine).
+		st.Calls = append(st.Calls, api.StatusCall{CallID: c.id, Principal: c.owner, Tool: d.calls.tools[c.id], Task: c.task.id,
 			Started: c.start.UTC().Format(time.RFC3339Nano), AgeS: roundS(now.Sub(c.start)), ApprovalID: parkedOf[c.id]})
 	}
 	for k := range d.calls.tasks {

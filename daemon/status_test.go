@@ -140,6 +140,35 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("the approver's tasks: %q", got)
 	}
 
+	// An approved call is decoded again while status is read (go test
+	// -race: status reads only what the call's begin set).
+	second := startStream(agent, ctx, api.CallRequest{Tool: "ask_read", Args: []byte(`{"path":"workspace/src/a.py"}`)})
+	ev2 := second.next(t, "the second parked call's decision")
+	if ev2.Verdict != api.VerdictPending {
+		t.Fatalf("second ask_read: %s", ev2.Raw)
+	}
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			select {
+			case <-second.done:
+				return
+			default:
+			}
+			if _, err := ops.Status(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	if _, err := ops.Decide(ctx, ev2.ApprovalID, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := second.wait(t); !r.OK {
+		t.Fatalf("the approved call: %+v", r)
+	}
+	<-polled
+
 	// Cancelled, the agent's task shows its new generation, and its call
 	// leaves the status.
 	if _, err := agent.CancelTask(ctx, "t-agent"); err != nil {

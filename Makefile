@@ -3,7 +3,9 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 export CGO_ENABLED := 1
 GO ?= go
-BUILD_FLAGS := -tags seccomp -trimpath
+# --version and GET /v1/status name the commit built (api.Revision).
+REVISION ?= $(shell git describe --always --dirty=+dirty --abbrev=12 --exclude='*' 2>/dev/null)
+BUILD_FLAGS := -tags seccomp -trimpath -ldflags "-X github.com/sluicehq/sluice/api.revision=$(REVISION)"
 
 .PHONY: all help deps build test fuzz demo bench bench-read soak vet clean vagrant-e2e
 

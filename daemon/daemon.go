@@ -220,6 +220,7 @@ type Daemon struct {
 
 	slots     *admission.Slots // containers running calls
 	calls     *registry        // calls in flight, by id and task
+	recent    denialLog        // denials of the last minutes, for GET /v1/status (status.go)
 	approvals *approvals       // calls waiting for a human
 	caches    *cacheSet        // execute tools' caches, per principal (exec_cache.go)
 	events    *transport.Hub   // followers of GET /v1/events

@@ -33,6 +33,8 @@ func (d *Daemon) routes() http.Handler {
 		"/v1/reload":    {method: http.MethodPost, h: d.handleReload},
 		"/v1/approvals": {method: http.MethodGet, h: d.handleApprovals},
 		"/v1/events":    {method: http.MethodGet, h: d.handleEvents},
+		"/v1/status":    {method: http.MethodGet, h: d.handleStatus},
+		"/v1/tasks":     {method: http.MethodGet, h: d.handleTasks},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		peer, ok := transport.PeerFrom(r.Context())

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/api"
 )
 
 // metrics are sluiced's Prometheus metrics, served on --metrics-listen.
@@ -31,12 +33,18 @@ type metrics struct {
 	auditAppend prometheus.Histogram
 	auditSync   prometheus.Histogram
 	reloads     *prometheus.CounterVec // result
+	byPrincipal *prometheus.CounterVec // principal, verdict
+	denials     *prometheus.CounterVec // principal, reason
 }
 
 // toolUnknown is the tool label of calls that name no tool of the
 // manifest: the name a client sent is not a label value, or one client
 // could make a new series per request.
 const toolUnknown = "_unknown"
+
+// principalUnmapped is the principal label of calls from a peer that maps
+// to no principal (all denied): principal labels are the manifest's names.
+const principalUnmapped = "_unmapped"
 
 // Latency buckets: decisions take tens of µs to a few ms (resolving a path
 // is a few openat2 calls); execution spans a file read (µs) to a command
@@ -86,7 +94,20 @@ func newMetrics(d *Daemon) *metrics {
 			Name: "sluice_reloads_total",
 			Help: "Manifest reloads (SIGHUP or POST /v1/reload) by result: ok or refused.",
 		}, []string{"result"}),
+		byPrincipal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_principal_calls_total",
+			Help: "Decided tool calls by principal (the manifest's name; _unmapped for a peer that maps to none) and verdict.",
+		}, []string{"principal", "verdict"}),
+		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_principal_denials_total",
+			Help: "Denied tool calls by principal and reason code.",
+		}, []string{"principal", "reason"}),
 	}
+	m.reg.MustRegister(m.byPrincipal, m.denials,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_approvals_parked", Help: "Calls waiting for an approver now.",
+		}, func() float64 { return float64(len(d.approvals.list())) }),
+	)
 	m.reg.MustRegister(m.calls, m.decision, m.execution, m.poolHits, m.poolMisses, m.auditAppend, m.auditSync, m.reloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -158,8 +179,13 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Hooks. Each is nil-safe: without --metrics-listen they do nothing.
 
-// called counts a call once its result is sent.
+// called counts a call once its result is sent. A denial is also
+// counted, metrics or not, for GET /v1/status's recent denials.
 func (m *metrics) called(c *call, o *outcome) {
+	verdict := c.dec.WireVerdict()
+	if verdict == api.VerdictDeny {
+		c.d.recent.add(time.Now(), c.owner, c.dec.Reason)
+	}
 	if m == nil {
 		return
 	}
@@ -171,7 +197,15 @@ func (m *metrics) called(c *call, o *outcome) {
 	if o != nil {
 		reason = o.reason
 	}
-	m.calls.WithLabelValues(tool, string(c.dec.WireVerdict()), string(reason)).Inc()
+	m.calls.WithLabelValues(tool, string(verdict), string(reason)).Inc()
+	principal := c.owner
+	if principal == "" {
+		principal = principalUnmapped
+	}
+	m.byPrincipal.WithLabelValues(principal, string(verdict)).Inc()
+	if verdict == api.VerdictDeny {
+		m.denials.WithLabelValues(principal, string(c.dec.Reason)).Inc()
+	}
 }
 
 // decided observes the time from a call's start to its decision.

@@ -145,6 +145,11 @@ func TestMetrics(t *testing.T) {
 	if _, ok := value("sluice_calls_total", "tool", "no_such_tool"); ok {
 		t.Error("a tool name the client made up became a label value")
 	}
+	expect("sluice_principal_calls_total", 3, "principal", "local", "verdict", "allow")
+	expect("sluice_principal_calls_total", 2, "principal", "local", "verdict", "deny")
+	expect("sluice_principal_denials_total", 1, "principal", "local", "reason", "outside_roots")
+	expect("sluice_principal_denials_total", 1, "principal", "local", "reason", "unknown_tool")
+	expect("sluice_approvals_parked", 0)
 	expect("sluice_decision_seconds", 5)
 	expect("sluice_execution_seconds", 1, "tool", "read_file")
 	expect("sluice_execution_seconds", 1, "tool", "echo")

@@ -23,6 +23,10 @@ type registry struct {
 	mu    sync.Mutex
 	base  context.Context
 	calls map[string]*call
+	// tools is each call's tool as its request named it, for GET
+	// /v1/status (status.go): an approved call is decoded again, so its
+	// own fields are not the registry's to read.
+	tools map[string]string
 	tasks map[taskKey]*taskState
 	// ttl is how long a cancelled task stays cancelled.
 	ttl     time.Duration
@@ -49,7 +53,7 @@ type taskState struct {
 }
 
 func newRegistry(base context.Context, ttl time.Duration) *registry {
-	return &registry{base: base, calls: map[string]*call{}, tasks: map[taskKey]*taskState{},
+	return &registry{base: base, calls: map[string]*call{}, tools: map[string]string{}, tasks: map[taskKey]*taskState{},
 		ttl: ttl, now: time.Now, drained: make(chan struct{})}
 }
 
@@ -60,6 +64,7 @@ func (g *registry) begin(d *Daemon, p *policy, peer Peer, dc *decoded, start tim
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.calls[c.id] = c
+	g.tools[c.id] = dc.req.Tool
 	g.n++
 	c.owner, _ = p.m.Identify(peer.UID, peer.GID)
 	if t := dc.req.Task; t != "" {
@@ -82,6 +87,7 @@ func (g *registry) end(c *call) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	delete(g.calls, c.id)
+	delete(g.tools, c.id)
 	if ts := g.tasks[c.task]; ts != nil {
 		delete(ts.calls, c)
 	}

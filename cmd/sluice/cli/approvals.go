@@ -311,14 +311,21 @@ func (e *env) decide(approve bool, args []string) int {
 }
 
 const tasksHelp = `Usage: sluice tasks cancel TASK
+       sluice tasks list [--json]
 
-Cancel a task (approvers, and the principal whose task it is): its running
+list: the tasks sluiced remembers, yours (an approver: everyone's), with
+their generation and calls in flight ("sluice tasks list --help").
+
+cancel: cancel a task (approvers, and the principal whose task it is): its running
 commands are killed, its calls waiting for approval end, a write that has
 not committed does not, and new calls with the task are denied
 task_cancelled for sluiced's --task-ttl (default 1 h).
 `
 
 func (e *env) tasks(args []string) int {
+	if len(args) > 0 && args[0] == "list" {
+		return e.tasksList(args[1:])
+	}
 	if len(args) == 0 || args[0] != "cancel" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(e.stdout, tasksHelp)

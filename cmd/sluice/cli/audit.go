@@ -10,10 +10,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 )
 
-const auditVerifyHelp = `Usage: sluice audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] FILE
+// defaultLedger is the ledger of a sluiced with the default --state-dir.
+const defaultLedger = "/var/lib/sluice/audit.jsonl"
+
+// ledgerPath is FILE when an audit command is given none: $SLUICE_AUDIT,
+// else defaultLedger.
+func ledgerPath() string {
+	if p := os.Getenv("SLUICE_AUDIT"); p != "" {
+		return p
+	}
+	return defaultLedger
+}
+
+const auditVerifyHelp = `Usage: sluice audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] [FILE]
+
+Without FILE: $SLUICE_AUDIT when set, else ` + defaultLedger + `.
 
 Checks the hash chain of the ledger FILE and that it reaches its anchor
 (STATE_DIR/audit.anchor beside it unless --anchor FILE) and every --head
@@ -134,17 +149,40 @@ func (e *env) ringNote(path string, rep *audit.Report, heads []audit.Anchor) {
 		audit.WALPath(path), len(recs), recs[0].Seq, last.Seq, reach)
 }
 
+const auditTailHelp = `Usage: sluice audit tail [-n N] [-f] [--denied] [--principal NAME] [--tool NAME] [FILE]
+
+Print the last N records of the ledger FILE (default 20) as readable
+lines; -f keeps following it. Without FILE: $SLUICE_AUDIT when set, else
+` + defaultLedger + `.
+
+Filters (all that are given must match):
+  --denied          only denials: records whose verdict is deny
+  --principal NAME  only records of this principal (its manifest name)
+  --tool NAME       only records of this tool
+`
+
 func (e *env) auditTail(args []string) int {
 	fs := flag.NewFlagSet("audit tail", flag.ContinueOnError)
 	n := fs.Int("n", 20, "")
 	follow := fs.Bool("f", false, "")
-	f, path, code := e.openLedger(fs, args)
+	denied := fs.Bool("denied", false, "")
+	principal := fs.String("principal", "", "")
+	tool := fs.String("tool", "", "")
+	f, path, code := e.openLedgerHelp(fs, args, auditTailHelp)
 	if f == nil {
 		return code
 	}
 	defer f.Close()
+	match := func(r *audit.Record) bool {
+		return (!*denied || r.Verdict == api.VerdictDeny) &&
+			(*principal == "" || r.Principal != nil && r.Principal.Name == *principal) &&
+			(*tool == "" || r.Tool == *tool)
+	}
 	var last []string
 	err := audit.Read(f, func(r *audit.Record) error {
+		if !match(r) {
+			return nil
+		}
 		last = append(last, audit.Summary(r))
 		if len(last) > *n {
 			last = last[1:]
@@ -183,7 +221,9 @@ func (e *env) auditTail(args []string) int {
 		}
 		var r audit.Record
 		if jerr := audit.DecodeLine(partial, &r); jerr == nil {
-			fmt.Fprintln(e.stdout, safeLine(audit.Summary(&r)))
+			if match(&r) {
+				fmt.Fprintln(e.stdout, safeLine(audit.Summary(&r)))
+			}
 		} else {
 			fmt.Fprintf(e.stdout, "?? unreadable record: %s\n", safeLine(jerr.Error()))
 		}
@@ -191,25 +231,31 @@ func (e *env) auditTail(args []string) int {
 	}
 }
 
-// openLedger parses an audit subcommand's flags and its one FILE and opens
-// it. On failure it returns a nil file and the exit code.
-func (e *env) openLedger(fs *flag.FlagSet, args []string) (*os.File, string, int) {
-	return e.openLedgerHelp(fs, args, auditHelp)
-}
-
+// openLedgerHelp parses an audit subcommand's flags and its FILE (the
+// default ledger when none is given) and opens it. On failure it returns a
+// nil file and the exit code.
 func (e *env) openLedgerHelp(fs *flag.FlagSet, args []string, help string) (*os.File, string, int) {
 	pos, code, ok := e.parse(fs, args, help)
 	if !ok {
 		return nil, "", code
 	}
-	if len(pos) != 1 {
-		fmt.Fprintf(e.stderr, "sluice %s: want one FILE\n\n%s", fs.Name(), help)
+	path := ledgerPath()
+	switch len(pos) {
+	case 0:
+	case 1:
+		path = pos[0]
+	default:
+		fmt.Fprintf(e.stderr, "sluice %s: want at most one FILE\n\n%s", fs.Name(), help)
 		return nil, "", ExitUsage
 	}
-	f, err := os.Open(pos[0])
+	f, err := os.Open(path)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "sluice %s: %v\n", fs.Name(), err)
+		hint := ""
+		if len(pos) == 0 {
+			hint = " (no FILE given: the default ledger; name one, or set $SLUICE_AUDIT)"
+		}
+		fmt.Fprintf(e.stderr, "sluice %s: %v%s\n", fs.Name(), err, hint)
 		return nil, "", ExitUsage
 	}
-	return f, pos[0], ExitOK
+	return f, path, ExitOK
 }

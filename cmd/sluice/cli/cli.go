@@ -41,10 +41,15 @@ Commands:
   approvals [--watch] List calls waiting for a human (approvers only).
   approve ID [--note TEXT], deny ID [--note TEXT]
                       Decide a waiting call (approvers only); recorded in the audit.
+  status [--json]     What sluiced is doing: calls in flight, calls waiting for
+                      approval, warm pools, denials of the last 5 minutes by
+                      reason (yours; an approver: everyone's).
+  cancel CALL_ID      End one call in flight (yours; an approver: anyone's).
+  tasks list [--json] The tasks sluiced remembers, with generation and calls in flight.
   tasks cancel TASK   Cancel a task: its commands are killed, waiting calls end,
                       no late write commits, new calls are denied task_cancelled.
   cache clear TOOL    Drop an execute tool's caches (yours; an approver: everyone's).
-  audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] FILE
+  audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] [FILE]
                       Check the audit ledger's hash chain, and that it reaches
                       its anchor (and each --head). Exit 0 intact, 1 broken,
                       cut or truncated (names the first bad seq).
@@ -54,12 +59,15 @@ Commands:
   mcp [--task ID]     Serve sluiced's tools to an MCP client (Claude Code, Codex,
                       VS Code, Cursor, Gemini CLI, ...) over stdio:
                         {"command": "sluice", "args": ["mcp"]}
-  audit tail [-n N] [-f] FILE
-                      Print the last N records as readable lines (-f: keep following).
+  audit tail [-n N] [-f] [--denied] [--principal NAME] [--tool NAME] [FILE]
+                      Print the last N records as readable lines (-f: keep
+                      following), only those that match the filters.
+                      FILE defaults to $SLUICE_AUDIT, else ` + defaultLedger + `.
 
 Global flags:
   --socket PATH       sluiced's socket (default $SLUICE_SOCKET, else ` + api.DefaultSocket + `)
   -h, --help          This help; "sluice COMMAND --help" for a command's flags.
+  --version           Print sluice's version and VCS revision.
 `
 
 // Run runs the CLI with args (without the program name) and returns the
@@ -72,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	global := flag.NewFlagSet("sluice", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
 	socket := global.String("socket", client.SocketFromEnv(), "")
+	version := global.Bool("version", false, "")
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -81,6 +90,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	rest := global.Args()
+	if *version {
+		fmt.Fprintln(stdout, "sluice", api.BuildVersion())
+		return ExitOK
+	}
 	if len(rest) == 0 {
 		fmt.Fprint(stderr, usage)
 		return ExitUsage
@@ -105,6 +118,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.decide(false, rest[1:])
 	case "tasks":
 		return e.tasks(rest[1:])
+	case "status":
+		return e.status(rest[1:])
+	case "cancel":
+		return e.cancel(rest[1:])
 	case "cache":
 		return e.cache(rest[1:])
 	case "replay":
@@ -389,13 +406,15 @@ func (e *env) reload(args []string) int {
 }
 
 const auditHelp = `Usage:
-  sluice audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] FILE
+  sluice audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] [FILE]
                                   check the hash chain and that the ledger reaches its
                                   anchor and each --head; exit 0 intact, 1 broken or cut
-  sluice audit tail [-n N] [-f] FILE
-                                  print the last N records (default 20); -f follows
+  sluice audit tail [-n N] [-f] [--denied] [--principal NAME] [--tool NAME] [FILE]
+                                  print the last N records (default 20) that match the
+                                  filters; -f follows
 
-FILE is the ledger, STATE_DIR/audit.jsonl (default /var/lib/sluice/audit.jsonl).
+FILE is the ledger, sluiced's STATE_DIR/audit.jsonl. Without FILE: $SLUICE_AUDIT
+when set, else ` + defaultLedger + ` (sluiced's default --state-dir).
 `
 
 func (e *env) audit(args []string) int {

@@ -42,7 +42,7 @@ func TestCheck(t *testing.T) {
 		return p
 	}
 	for _, c := range []struct{ name, path, want string }{
-		{"not JSON", bad("m1.json", `{"schema_version":1,`, 0o644), "manifest"},
+		{"not JSON", bad("m1.json", `{"schema_version":1,`, 0o644), "m1.json:1:21: not valid JSON"},
 		{"unknown operation", bad("m2.json", `{"schema_version":1,"tools":{"x":{"operation":"frobnicate"}}}`, 0o644), "frobnicate"},
 		{"a missing base", bad("m3.json", `{"schema_version":1,"base":"no/such/dir","tools":{"r":{"operation":"read","roots":["."]}}}`, 0o644), "no/such/dir"},
 		{"a write root that reaches the manifest", bad("m4.json", `{"schema_version":1,"tools":{"w":{"operation":"write","roots":["."]}}}`, 0o644), "m4.json"},

@@ -150,13 +150,7 @@ type fileStat struct {
 }
 
 // stat is a variable, for tests.
-var stat = func(path string) (fileStat, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return fileStat{}, err
-	}
-	return fileStat{Uid: st.Uid, Gid: st.Gid, Mode: st.Mode}, nil
-}
+var stat = statFile
 
 // transportErr prints err, a call's failure, naming the fix when the
 // daemon could not be reached, and returns the exit code.

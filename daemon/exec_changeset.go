@@ -387,17 +387,15 @@ func (c *call) resolveChange(run *csRun, ch *change) ([]authz.Resource, fileop.C
 				pp.Close()
 			}
 		}
-		switch {
-		case err == nil:
-		case errors.Is(err, securefs.ErrPathEscapes):
-			res.Outcome = authz.OutcomeEscapes
-		case errors.Is(err, securefs.ErrNotExist):
-			res.Outcome = authz.OutcomeNotFound
-		case errors.Is(err, securefs.ErrInvalidPath), errors.Is(err, fileop.ErrBadName):
-			res.Outcome = authz.OutcomeInvalid
-		default:
-			c.d.log.Error("resolve a change failed", "err", err, "tool", c.req.Tool, "path", ch.Path)
-			res.Outcome = authz.OutcomeError
+		if err != nil {
+			var known bool
+			res.Outcome, known = outcomeOf(err)
+			if errors.Is(err, fileop.ErrBadName) {
+				res.Outcome, known = authz.OutcomeInvalid, true // a name the command chose
+			}
+			if !known {
+				c.d.log.Error("resolve a change failed", "err", err, "tool", c.req.Tool, "path", ch.Path)
+			}
 		}
 		out = append(out, res)
 	}

@@ -69,19 +69,11 @@ func (c *call) resolvePath(tg *heldTarget, how authz.Resolve, unsafePath string)
 		} else {
 			err = c.resolveExisting(tg, root, m, &res)
 		}
-		switch {
-		case err == nil:
-		case errors.Is(err, errMisplaced):
-			res.Outcome = authz.OutcomeError
-		case errors.Is(err, securefs.ErrPathEscapes):
-			res.Outcome = authz.OutcomeEscapes
-		case errors.Is(err, securefs.ErrNotExist):
-			res.Outcome = authz.OutcomeNotFound
-		case errors.Is(err, securefs.ErrInvalidPath):
-			res.Outcome = authz.OutcomeInvalid
-		default:
-			c.d.log.Error("resolve failed", "err", err, "tool", c.req.Tool)
-			res.Outcome = authz.OutcomeError
+		if err != nil {
+			var known bool
+			if res.Outcome, known = outcomeOf(err); !known {
+				c.d.log.Error("resolve failed", "err", err, "tool", c.req.Tool)
+			}
 		}
 		out = append(out, res)
 	}
@@ -89,6 +81,23 @@ func (c *call) resolvePath(tg *heldTarget, how authz.Resolve, unsafePath string)
 }
 
 var errMisplaced = errors.New("resolved fd is not where expected")
+
+// outcomeOf is the resolution outcome an error from resolving a path
+// beneath a root stands for; known is false for an unexpected error
+// (OutcomeError, which the caller logs).
+func outcomeOf(err error) (outcome string, known bool) {
+	switch {
+	case errors.Is(err, errMisplaced):
+		return authz.OutcomeError, true
+	case errors.Is(err, securefs.ErrPathEscapes):
+		return authz.OutcomeEscapes, true
+	case errors.Is(err, securefs.ErrNotExist):
+		return authz.OutcomeNotFound, true
+	case errors.Is(err, securefs.ErrInvalidPath):
+		return authz.OutcomeInvalid, true
+	}
+	return authz.OutcomeError, false
+}
 
 // links is what a resource records of a link count: a regular file's,
 // when it has other names (see authz.Tool.RefusesHardLinks).

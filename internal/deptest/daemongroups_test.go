@@ -327,6 +327,7 @@ var pipelineOffers = map[string]string{
 	"call.releaseHeld":         "a command's dead box let go before its changeset commits or parks",
 	"cacheSet.get":             "a principal's cache for a box (exec_cache.go)",
 	"cacheKey":                 "as cacheSet.get",
+	"outcomeOf":                "the resolution outcome an error stands for (a changeset's changes resolve as write targets do)",
 }
 
 // showKit is what approvals offer an operation's show hook (opSpec.show):

@@ -216,6 +216,30 @@ ring="$(dirname "$LEDGER")/audit.wal"
 echo "write-ahead ring: $ring, $(stat -c %s "$ring") bytes"
 lap "audit verify"
 
+step "user namespaces restricted (user.max_user_namespaces=0): bwrap fails for a user, sluice works"
+# What Ubuntu's AppArmor restriction and container runtimes' seccomp
+# profiles do to an unprivileged caller: no new user namespace. bwrap (not
+# setuid on Debian) needs one; sluice's containers are made by sluiced, as
+# root, without one (docs/operating.md "Hosts where user namespaces are
+# restricted").
+userns_was=$(</proc/sys/user/max_user_namespaces)
+echo 0 >/proc/sys/user/max_user_namespaces
+rc=0
+agent bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all true 2>/tmp/bwrap.err || rc=$?
+echo "bwrap as uid 65534: exit $rc: $(head -c 300 /tmp/bwrap.err)"
+if ((rc == 0)); then
+  echo "$userns_was" >/proc/sys/user/max_user_namespaces
+  fail "bwrap ran for uid 65534 with user.max_user_namespaces=0"
+fi
+out=$(agent "$SLUICE" call read_file --args '{"path":"workspace/src/calc.py"}' 2>&1) && ok_read=1 || ok_read=0
+run=$(agent "$SLUICE" call run_tests 2>&1) && ok_run=1 || ok_run=0
+echo "$userns_was" >/proc/sys/user/max_user_namespaces
+((ok_read)) && [[ "$out" == *"def "* ]] || fail "read_file with user namespaces off: $out"
+((ok_run)) && [[ "$run" == *OK* ]] || fail "run_tests with user namespaces off: $run"
+echo "the same user through sluice: read_file calc.py $(wc -l <<<"$out") lines; run_tests: $(tail -n 1 <<<"$run")"
+echo "user.max_user_namespaces restored to $userns_was"
+lap "user namespaces restricted"
+
 step "systemctl stop sluiced with a command running: nothing is left"
 cp "$MANIFEST" /tmp/manifest.orig
 python3 - "$MANIFEST" <<'EOF'

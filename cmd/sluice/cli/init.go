@@ -141,11 +141,9 @@ func (e *env) initProject(args []string) int {
 		fmt.Fprintf(e.stderr, "sluice init: %v\n", err)
 		return ExitFailed
 	}
-	if *output == "" {
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			fmt.Fprintf(e.stderr, "sluice init: %v; name another place with --output FILE\n", err)
-			return ExitFailed
-		}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		fmt.Fprintf(e.stderr, "sluice init: %v; name another place with --output FILE\n", err)
+		return ExitFailed
 	}
 	if err := scaffold.WriteFile(out, res.Data, *force); err != nil {
 		if errors.Is(err, scaffold.ErrExists) {

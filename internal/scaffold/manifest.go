@@ -56,6 +56,9 @@ type Options struct {
 	// nil); Exists tells whether a host file exists (os.Stat when nil).
 	LookPath func(string) (string, error)
 	Exists   func(string) bool
+	// Glob is filepath.Glob when nil (to look for pytest where the
+	// system's python3 finds it).
+	Glob func(string) ([]string, error)
 }
 
 // Result is a generated manifest.
@@ -108,6 +111,9 @@ func Generate(o Options) (*Result, error) {
 	}
 	if o.LookPath == nil {
 		o.LookPath = exec.LookPath
+	}
+	if o.Glob == nil {
+		o.Glob = filepath.Glob
 	}
 	if o.Exists == nil {
 		o.Exists = func(p string) bool { _, err := os.Stat(p); return err == nil }
@@ -361,6 +367,9 @@ func testTables(o Options, p Project, name string, r *Result) []table {
 			[]any{"python3", "-m", "pytest", "-k", re(pyK), rest(obj{{Key: "one_of", Val: pytestFlags}})},
 		}
 		unit := lines{[]any{"python3", "-m", "unittest", rest(re(pyUnit))}}
+		if p.Pytest && !systemPytest(o) {
+			r.Notes = append(r.Notes, "the project uses pytest, which the system's python3 (the one the sandbox sees) does not have: install it for the system (apt install python3-pytest), or call the unittest command")
+		}
 		if p.Pytest {
 			commands = append(pytest, unit...)
 			desc = "Run " + filepath.Base(o.Dir) + "'s Python tests: python3 -m pytest [PATH] [-k EXPR] [-x -q -v ...], or python3 -m unittest."
@@ -543,6 +552,17 @@ func toolchainPath(o Options, progs []string, r *Result) []string {
 		}
 	}
 	return dirs
+}
+
+// systemPytest reports whether pytest is installed where a python3 under
+// /usr finds it.
+func systemPytest(o Options) bool {
+	for _, g := range []string{"/usr/lib/python3*/*-packages/pytest", "/usr/local/lib/python3*/*-packages/pytest", "/usr/lib/python3/dist-packages/pytest"} {
+		if m, _ := o.Glob(g); len(m) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(l []string, s string) bool {

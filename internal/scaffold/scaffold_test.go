@@ -74,7 +74,8 @@ func makeProject(t *testing.T, files map[string]string) string {
 func opts(dir string, f Format) Options {
 	return Options{Dir: dir, Format: f, AgentUID: 1000, AgentName: "alice", Kernel: "6.18.0",
 		LookPath: func(p string) (string, error) { return "", errors.New("not found") },
-		Exists:   func(string) bool { return true }}
+		Exists:   func(string) bool { return true },
+		Glob:     func(string) ([]string, error) { return []string{"found"}, nil }}
 }
 
 // parse loads data with the loader sluiced uses, under a file name of f's
@@ -324,6 +325,27 @@ func TestToolchainPath(t *testing.T) {
 		}
 		if notes := strings.Join(r.Notes, "\n"); c.note != "" && !strings.Contains(notes, c.note) {
 			t.Errorf("%s: notes %q lack %q", c.found, notes, c.note)
+		}
+	}
+}
+
+// A pytest project on a host whose system python3 lacks pytest: a note.
+func TestPytestNote(t *testing.T) {
+	dir := makeProject(t, projects[1].files)
+	o := opts(dir, TOML)
+	for _, have := range []bool{true, false} {
+		o.Glob = func(string) ([]string, error) {
+			if have {
+				return []string{"/usr/lib/python3/dist-packages/pytest"}, nil
+			}
+			return nil, nil
+		}
+		r, err := Generate(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(strings.Join(r.Notes, "\n"), "python3-pytest"); got == have {
+			t.Errorf("pytest installed %v: note %v", have, got)
 		}
 	}
 }

@@ -11,6 +11,8 @@ type Next struct {
 	Dir      string // the project
 	Format   Format
 	Agent    string // the agent's user name, or its uid
+	// AgentIsRoot: root reaches the socket anyway.
+	AgentIsRoot bool
 	// SocketGroup is the group the service's socket belongs to (sluice),
 	// and whether it exists on this host.
 	SocketGroup       string
@@ -53,11 +55,16 @@ func NextSteps(n Next) string {
 	p("       sudo systemctl daemon-reload && sudo systemctl restart sluiced")
 	p("     After later edits of the manifest: sudo systemctl reload sluiced (an invalid one is refused,")
 	p("     and the one in force stays; journalctl -u sluiced says why).")
-	p("  3. Let the agent's user reach the socket (0660, group %s):", n.SocketGroup)
-	if !n.SocketGroupExists {
-		p("       sudo groupadd --system %s      # scripts/install.sh makes it; this host has none yet", n.SocketGroup)
+	if n.AgentIsRoot {
+		p("  3. The agent is root, which reaches the socket (0660, group %s) anyway; an agent of its own", n.SocketGroup)
+		p("     user (sluice init --agent USER) needs: sudo usermod -aG %s USER", n.SocketGroup)
+	} else {
+		p("  3. Let the agent's user reach the socket (0660, group %s):", n.SocketGroup)
+		if !n.SocketGroupExists {
+			p("       sudo groupadd --system %s      # scripts/install.sh makes it; this host has none yet", n.SocketGroup)
+		}
+		p("       sudo usermod -aG %s %s          # then log in again", n.SocketGroup, n.Agent)
 	}
-	p("       sudo usermod -aG %s %s          # then log in again", n.SocketGroup, n.Agent)
 	p("  4. Wire your agent to sluice (writes the client's MCP entry, turns off its own file and shell tools):")
 	p("       sluice client setup claude|codex|gemini|cursor|vscode")
 	p("  5. Prove the round trip as the agent's user:")

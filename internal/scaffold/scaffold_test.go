@@ -463,3 +463,33 @@ func TestDefaultOutput(t *testing.T) {
 		t.Errorf("%q %v", p, err)
 	}
 }
+
+func TestNextSteps(t *testing.T) {
+	for _, c := range []struct {
+		n       Next
+		want    []string
+		notWant []string
+	}{
+		{Next{Manifest: "/c/p.toml", Dir: "/home/alice/p", Format: TOML, Agent: "alice", SocketGroup: "sluice"},
+			[]string{"sluiced --check --manifest /c/p.toml", "install -m 0640 /c/p.toml /etc/sluice/manifest.toml", "ExecStart=\n", "--manifest /etc/sluice/manifest.toml",
+				"ReadWritePaths=/home/alice/p", "ProtectHome=tmpfs", "BindPaths=/home/alice/p", "systemctl reload sluiced",
+				"groupadd --system sluice", "usermod -aG sluice alice", "sluice client setup claude|codex|gemini|cursor|vscode", "sluice client check"}, nil},
+		{Next{Manifest: "/c/p.json", Dir: "/srv/p", Format: JSON, Agent: "bob", SocketGroup: "sluice", SocketGroupExists: true},
+			[]string{"install -m 0640 /c/p.json /etc/sluice/manifest.json", "ReadWritePaths=/srv/p", "usermod -aG sluice bob"},
+			[]string{"ExecStart=", "ProtectHome", "groupadd"}},
+		{Next{Manifest: "/c/p.toml", Dir: "/srv/p", Format: TOML, Agent: "root", AgentIsRoot: true, SocketGroup: "sluice"},
+			[]string{"--agent USER"}, []string{"usermod -aG sluice root"}},
+	} {
+		got := NextSteps(c.n)
+		for _, w := range c.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%+v: lacks %q:\n%s", c.n, w, got)
+			}
+		}
+		for _, w := range c.notWant {
+			if strings.Contains(got, w) {
+				t.Errorf("%+v: has %q:\n%s", c.n, w, got)
+			}
+		}
+	}
+}

@@ -172,13 +172,12 @@ func (e *env) initProject(args []string) int {
 	if agentName == "" {
 		agentName = strconv.FormatUint(uint64(uid), 10)
 	}
+	// The service's socket is group sluice's (scripts/sluiced.socket; a
+	// daemon started by hand chowns it to sluice when that group exists).
 	sock := "sluice"
-	if len(gs) > 0 {
-		sock = gs[0].Name
-	}
 	_, gerr := user.LookupGroup(sock)
 	fmt.Fprintln(e.stdout)
-	fmt.Fprint(e.stdout, scaffold.NextSteps(scaffold.Next{Manifest: out, Dir: dir, Format: f, Agent: agentName,
+	fmt.Fprint(e.stdout, scaffold.NextSteps(scaffold.Next{Manifest: out, Dir: dir, Format: f, Agent: agentName, AgentIsRoot: uid == 0,
 		SocketGroup: sock, SocketGroupExists: gerr == nil}))
 	return ExitOK
 }

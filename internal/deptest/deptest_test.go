@@ -71,6 +71,12 @@ func forbidden(pkg, imp string) string {
 		if (ours && local != "api") || thirdParty {
 			return pkg + " is a leaf: api (for the reasons its errors carry) and the standard library only"
 		}
+	case "internal/scaffold":
+		// sluice init's manifest writer: text out, the project's top
+		// level in; its tests load what it writes with authz and daemon.
+		if ours || thirdParty {
+			return pkg + " is a leaf on the standard library"
+		}
 	case "internal/strictjson", "internal/foldname", "internal/jsonenc", "internal/redact", "internal/termsafe", "internal/udiff":
 		switch imp {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix":

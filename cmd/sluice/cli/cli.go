@@ -59,6 +59,9 @@ Commands:
   mcp [--task ID]     Serve sluiced's tools to an MCP client (Claude Code, Codex,
                       VS Code, Cursor, Gemini CLI, ...) over stdio:
                         {"command": "sluice", "args": ["mcp"]}
+  init [DIR] [--format toml|json] [--output FILE] [--force] [--socket-group G]...
+                      Write a commented manifest for the project in DIR (its
+                      test command detected) and print what to run next.
   audit tail [-n N] [-f] [--denied] [--principal NAME] [--tool NAME] [FILE]
                       Print the last N records as readable lines (-f: keep
                       following), only those that match the filters.
@@ -128,6 +131,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.replay(rest[1:])
 	case "mcp":
 		return e.mcp(rest[1:])
+	case "init":
+		return e.initProject(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

@@ -59,6 +59,12 @@ Commands:
   mcp [--task ID]     Serve sluiced's tools to an MCP client (Claude Code, Codex,
                       VS Code, Cursor, Gemini CLI, ...) over stdio:
                         {"command": "sluice", "args": ["mcp"]}
+  client setup CLIENT [--scope user|project] [--dry-run]
+                      Write CLIENT's (claude, codex, gemini, cursor, vscode) MCP
+                      entry for sluice and turn off its own file, shell and web tools.
+  client check [CLIENT]
+                      Prove a round trip through CLIENT's entry: tools listed,
+                      a read, a denial; names the fix on failure.
   audit tail [-n N] [-f] [--denied] [--principal NAME] [--tool NAME] [FILE]
                       Print the last N records as readable lines (-f: keep
                       following), only those that match the filters.
@@ -128,6 +134,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.replay(rest[1:])
 	case "mcp":
 		return e.mcp(rest[1:])
+	case "client":
+		return e.clientCmd(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

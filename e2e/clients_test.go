@@ -168,6 +168,12 @@ func TestClientGemini(t *testing.T) {
 		t.Fatalf("gemini mcp list: %v\n%s", err, out)
 	}
 	t.Logf("Gemini CLI 0.61.0: %v from setup to listed: %s", time.Since(start).Round(time.Millisecond), l)
+	// Gemini loads its policy files before it asks for credentials, and
+	// names a file it rejects (TOML or rule schema): setup's rule loads.
+	out, _ = ce.run(t, gemini, "-p", "hi")
+	if strings.Contains(out, "Policy file error") || !strings.Contains(out, "Auth method") {
+		t.Errorf("gemini -p (no credentials): want only the missing auth, got:\n%s", out)
+	}
 	if out, err := ce.check(t, "gemini"); err != nil {
 		t.Fatalf("sluice client check gemini: %v\n%s", err, out)
 	}
@@ -229,6 +235,7 @@ func TestClientCodex(t *testing.T) {
 				if out, err := ce.check(t, "codex"); err != nil {
 					t.Fatalf("sluice client check codex: %v\n%s", err, out)
 				}
+				codexTools(t, ce, codex)
 				return
 			}
 		}
@@ -249,4 +256,28 @@ func TestClientInspector(t *testing.T) {
 		t.Fatalf("inspector --cli tools/call read_file: %v\n%s", err, out)
 	}
 	t.Logf("MCP Inspector 2.12.0: %v to a read_file result: %s", time.Since(start).Round(time.Millisecond), lineWith(out, `"verdict"`))
+}
+
+// codexTools: `codex debug prompt-input` renders what the model would be
+// given, without a model: after setup, Codex's own shell (exec_command,
+// write_stdin) and view_image are gone, and sluice's tools are there.
+func codexTools(t *testing.T, ce *clientEnv, codex string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, codex, "debug", "prompt-input", "hi")
+	cmd.Dir, cmd.Env = ce.proj, ce.env()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("codex debug prompt-input: %v", err)
+	}
+	prompt := string(out)
+	for _, own := range []string{"exec_command", "write_stdin", "view_image"} {
+		if strings.Contains(prompt, "### `"+own+"`") {
+			t.Errorf("after setup, Codex still offers its own %s", own)
+		}
+	}
+	if !strings.Contains(prompt, "mcp__sluice") {
+		t.Errorf("codex debug prompt-input names no mcp__sluice tools")
+	}
 }

@@ -62,6 +62,12 @@ Commands:
   init [DIR] [--format toml|json] [--output FILE] [--force] [--socket-group G]...
                       Write a commented manifest for the project in DIR (its
                       test command detected) and print what to run next.
+  client setup CLIENT [--scope user|project] [--dry-run]
+                      Write CLIENT's (claude, codex, gemini, cursor, vscode) MCP
+                      entry for sluice and turn off its own file, shell and web tools.
+  client check [CLIENT]
+                      Prove a round trip through CLIENT's entry: tools listed,
+                      a read, a denial; names the fix on failure.
   audit tail [-n N] [-f] [--denied] [--principal NAME] [--tool NAME] [FILE]
                       Print the last N records as readable lines (-f: keep
                       following), only those that match the filters.
@@ -133,6 +139,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.mcp(rest[1:])
 	case "init":
 		return e.initProject(rest[1:])
+	case "client":
+		return e.clientCmd(rest[1:])
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

@@ -7,7 +7,7 @@ GO ?= go
 REVISION ?= $(shell git describe --always --dirty=+dirty --abbrev=12 --exclude='*' 2>/dev/null)
 BUILD_FLAGS := -tags seccomp -trimpath -ldflags "-X github.com/sluicehq/sluice/api.revision=$(REVISION)"
 
-.PHONY: all help deps build test fuzz demo bench bench-read soak vet clean vagrant-e2e
+.PHONY: all help deps build install test fuzz demo bench bench-read soak vet clean vagrant-e2e
 
 all: build
 
@@ -20,9 +20,17 @@ help:
 	@echo "make bench  - benchmarks against the transport, durability and spawn floors (prints ratios)"
 	@echo "make soak   - as root: 10,000 mixed calls, kill -9 in flight, idle and slow connections, a full audit disk (SOAK_CALLS=...)"
 	@echo "make deps   - apt packages (only if missing) and Go modules"
+	@echo "make install - as root: build, scripts/install.sh (binaries, group sluice, units), then enable sluiced.socket"
 
 deps:
 	@scripts/deps.sh
+
+# The service, as docs/operating.md "Install as a service" sets it up:
+# install.sh (idempotent: an upgrade too), then the socket, where systemd runs.
+install: build
+	scripts/install.sh
+	@if [ -d /run/systemd/system ]; then systemctl enable --now sluiced.socket && echo "install: sluiced.socket enabled: sluiced starts on the first connection"; \
+	else echo "install: no systemd here: start sluiced yourself (docs/operating.md)"; fi
 
 build: deps bin/sluice-helper
 	$(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/sluiced ./cmd/sluice ./cmd/sluice-init

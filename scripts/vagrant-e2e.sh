@@ -26,6 +26,8 @@
 #   SLUICE_VM_NETNS    namespace name (default sluice-vm), or 0 (see above)
 #   SLUICE_VM_CACHE    box, build cache and run state (default /var/cache/sluice-vagrant)
 #   SLUICE_VM_TIMEOUT  seconds for each phase (default 900)
+#   SLUICE_VM_INSIDE_TIMEOUT  seconds for the inside script (default 1800: under TCG
+#                      the e2e and sandbox suites alone take 8-15 min)
 #   SLUICE_VM_BENCH    1: also run bench/exec.sh in the VM (short; not in CI)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +39,7 @@ RUN=$CACHE/run
 NETNS=${SLUICE_VM_NETNS:-sluice-vm}
 KEEP=${SLUICE_VM_KEEP:-0}
 PHASE_TIMEOUT=${SLUICE_VM_TIMEOUT:-900}
+INSIDE_TIMEOUT=${SLUICE_VM_INSIDE_TIMEOUT:-1800}
 DOMAIN_PREFIX=sluice-vm-
 DOMAIN=${DOMAIN_PREFIX}default
 SERIAL_LOG=/var/log/libvirt/qemu/${DOMAIN}-serial.log
@@ -69,7 +72,7 @@ noprogress() {
     while IFS= read -r l; do printf '[%4d] %s\n' $((SECONDS - PHASE_S0)) "$l"; done
 }
 vagrant_() { "${INNET[@]}" vagrant "$@" 2>&1 | noprogress; }
-vagrant_t() { timeout --kill-after=30 "$PHASE_TIMEOUT" "${INNET[@]}" vagrant "$@" 2>&1 | noprogress; }
+vagrant_t() { timeout --kill-after=30 "${VT_TIMEOUT:-$PHASE_TIMEOUT}" "${INNET[@]}" vagrant "$@" 2>&1 | noprogress; }
 pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 netns_exists() { [ "$NETNS" != 0 ] && [ -e "/run/netns/$NETNS" ]; }
 
@@ -346,5 +349,5 @@ rm -f "$SERIAL_LOG"
 VM_UP=1
 phase up "boot to ssh, rsync of the tree" vagrant_t up --provider=libvirt --no-provision
 phase provision "deps check, go mod download from file://" vagrant_t provision
-phase "inside script" "scripts/vm-inside.sh as root in the VM" \
+VT_TIMEOUT=$INSIDE_TIMEOUT phase "inside script" "scripts/vm-inside.sh as root in the VM" \
   vagrant_t ssh -c "sudo SLUICE_VM_BENCH=${SLUICE_VM_BENCH:-0} bash -c '. /etc/sluice-vm.env && cd /vagrant && exec scripts/vm-inside.sh'"

@@ -27,6 +27,7 @@ func Main(m *testing.M) { MainWith(m, nil) }
 // MainWith is Main with after run once the tests have run, passed or not,
 // before the leak check (a teardown); an error from it fails the run.
 func MainWith(m *testing.M, after func() error) {
+	spliceBaseline()
 	fdsBefore := openFDs()
 	goBefore := Goroutines()
 	code := m.Run()
@@ -38,6 +39,7 @@ func MainWith(m *testing.M, after func() error) {
 	}
 	if code == 0 {
 		if err := settle(func() error {
+			spliceRelease()
 			if leaked := LeakedGoroutines(goBefore); len(leaked) > 0 {
 				return fmt.Errorf("%d goroutines leaked:\n\n%s", len(leaked), formatGoroutines(leaked))
 			}

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package testutil
+
+func spliceBaseline() {}
+func spliceRelease()  {}

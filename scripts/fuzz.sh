@@ -22,10 +22,12 @@ FUZZTIME=${FUZZTIME:-10m}
 TARGETS=(
   audit:FuzzRingTail
   authz:FuzzParse
+  authz:FuzzManifestErrorPlace
   authz:FuzzNeverFolded
   authz:FuzzParseTOML
   authz:FuzzTOMLJSONTwins
   authz:FuzzCommandPattern
+  client:FuzzDecodeEvent
   daemon:FuzzCallBody
   daemon:FuzzStreamEvents
   daemon:FuzzLoadMounts

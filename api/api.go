@@ -69,6 +69,18 @@ const (
 	// ReasonUpstreamError: an allowed fetch or post failed on the way:
 	// the name did not resolve, the connection or TLS failed, it timed out.
 	ReasonUpstreamError Reason = "upstream_error"
+	// ReasonRateLimited: the principal's (or token's) call rate or quota
+	// was exceeded (docs/design.md §11); nothing ran.
+	ReasonRateLimited Reason = "rate_limited"
+	// ReasonBudgetExhausted: the principal (or token) spent its
+	// denial_budget in the current window (a model probing the tree);
+	// every call is refused until the window passes or an approver
+	// resets it.
+	ReasonBudgetExhausted Reason = "budget_exhausted"
+	// ReasonTokenInvalid: the delegation token presented is unknown,
+	// expired, revoked, for another daemon, or presented by the wrong
+	// peer. A wrong token never falls back to the peer's own rights.
+	ReasonTokenInvalid  Reason = "token_invalid"
 	ReasonInternalError Reason = "internal_error"
 	// ReasonUnavailable is what an opaque manifest (deny_detail "opaque")
 	// shows a denied caller instead of the real reason.
@@ -83,7 +95,8 @@ var Reasons = []Reason{
 	ReasonCommandNotAllowed, ReasonEgressDenied, ReasonApprovalRequired, ReasonApprovalDenied,
 	ReasonApprovalExpired, ReasonTaskCancelled, ReasonCancelled, ReasonPreconditionFailed,
 	ReasonAuditUnavailable, ReasonTimeout, ReasonLimitExceeded, ReasonBusy, ReasonShutdown,
-	ReasonNoSpace, ReasonNotDurable, ReasonKilled, ReasonUpstreamError, ReasonInternalError,
+	ReasonNoSpace, ReasonNotDurable, ReasonKilled, ReasonUpstreamError, ReasonRateLimited,
+	ReasonBudgetExhausted, ReasonTokenInvalid, ReasonInternalError,
 }
 
 // Operation is what a tool does.

@@ -62,7 +62,13 @@ func appendRecord(b []byte, rec *Record) []byte {
 	str("prev", rec.Prev, false)
 	if p := rec.Principal; p != nil {
 		key("principal")
-		b = append(b, `{"gid":`...)
+		b = append(b, '{')
+		if p.Cgroup != "" {
+			b = append(b, `"cgroup":`...)
+			b = jsonenc.AppendString(b, p.Cgroup)
+			b = append(b, ',')
+		}
+		b = append(b, `"gid":`...)
 		b = strconv.AppendUint(b, uint64(p.GID), 10)
 		b = append(b, `,"name":`...)
 		b = jsonenc.AppendString(b, p.Name)

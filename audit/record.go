@@ -65,10 +65,12 @@ type Record struct {
 // Principal is who made a call: the manifest's name and the peer's
 // kernel-reported credentials.
 type Principal struct {
-	GID  uint32 `json:"gid"`
-	Name string `json:"name"`
-	PID  int32  `json:"pid"`
-	UID  uint32 `json:"uid"`
+	// Cgroup is the peer's cgroup v2 path when it could be read (docs/manifest.md, "units and cgroups").
+	Cgroup string `json:"cgroup,omitempty"`
+	GID    uint32 `json:"gid"`
+	Name   string `json:"name"`
+	PID    int32  `json:"pid"`
+	UID    uint32 `json:"uid"`
 }
 
 // Egress is what a fetch, a post or a command's proxied connection did on

@@ -231,7 +231,7 @@ func TestIdentify(t *testing.T) {
 		want     string
 		ok       bool
 	}{{1000, 2000, "agent", true}, {5, 2000, "ci", true}, {0, 0, "ops", true}, {5, 5, "", false}} {
-		n, ok := m.Identify(tc.uid, tc.gid)
+		n, ok := m.Identify(Caller{UID: tc.uid, GID: tc.gid, Cgroup: "/user.slice"})
 		if n != tc.want || ok != tc.ok {
 			t.Errorf("Identify(%d,%d) = %q,%t", tc.uid, tc.gid, n, ok)
 		}
@@ -240,7 +240,7 @@ func TestIdentify(t *testing.T) {
 		t.Fatal("approver")
 	}
 	local := parse(t, seed)
-	if n, _ := local.Identify(1234, 1234); n != LocalPrincipal || local.IsApprover(n, 1234) || !local.IsApprover(n, 0) {
+	if n, _ := local.Identify(Caller{UID: 1234, GID: 1234}); n != LocalPrincipal || local.IsApprover(n, 1234) || !local.IsApprover(n, 0) {
 		t.Fatal("local principal")
 	}
 	if got := m.ToolNames("agent"); len(got) != 1 || got[0] != "read_file" {

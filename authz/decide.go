@@ -19,26 +19,6 @@ const (
 	MaxComponentBytes = 255  // NAME_MAX
 )
 
-// Identify maps peer credentials to a principal name. ok is false when the
-// manifest declares principals and none matches: such a peer may call
-// nothing. A uid match wins over a gid match.
-func (m *Manifest) Identify(uid, gid uint32) (name string, ok bool) {
-	if m.Principals == nil {
-		return LocalPrincipal, true
-	}
-	for _, n := range sortedKeys(m.Principals) {
-		if slices.Contains(m.Principals[n].UIDs, uid) {
-			return n, true
-		}
-	}
-	for _, n := range sortedKeys(m.Principals) {
-		if slices.Contains(m.Principals[n].GIDs, gid) {
-			return n, true
-		}
-	}
-	return "", false
-}
-
 // IsApprover says whether the named principal may approve calls and reload
 // the manifest. Without declared principals only uid 0 is the approver.
 func (m *Manifest) IsApprover(name string, uid uint32) bool {

@@ -69,6 +69,10 @@ type Principal struct {
 	GIDs     []uint32 `json:"gids,omitempty" toml:"gids"`
 	Tools    []string `json:"tools" toml:"tools"`
 	Approver bool     `json:"approver,omitempty" toml:"approver"`
+	// Units and Cgroups name a workload (workload.go): systemd unit globs
+	// and cgroup v2 path globs, matched against the peer's cgroup.
+	Units   []string `json:"units,omitempty" toml:"units"`
+	Cgroups []string `json:"cgroups,omitempty" toml:"cgroups"`
 }
 
 // Tool is one tool's rule. Execute-only and write-only keys are validated
@@ -438,8 +442,16 @@ func validatePrincipals(m *Manifest) error {
 		if p == nil {
 			return merr(key, "is null; give it {\"uids\":[…],\"tools\":[…]}")
 		}
+		if err := validateWorkload(key, p); err != nil {
+			return err
+		}
+		if p.workload() {
+			// A workload principal's uids and gids narrow it; they are
+			// not selectors of their own, so they may repeat.
+			goto tools
+		}
 		if len(p.UIDs) == 0 && len(p.GIDs) == 0 {
-			return merr(key, "matches nobody; give it \"uids\" or \"gids\"")
+			return merr(key, "matches nobody; give it \"uids\", \"gids\", \"units\" or \"cgroups\"")
 		}
 		for i, u := range p.UIDs {
 			if other, ok := uidOwner[u]; ok {
@@ -453,6 +465,7 @@ func validatePrincipals(m *Manifest) error {
 			}
 			gidOwner[g] = name
 		}
+	tools:
 		if p.Tools == nil {
 			return merr(key+".tools", "missing; list tool names, [\"*\"] for all, or [] for none")
 		}

@@ -258,7 +258,7 @@ func (c *call) awaitApproval(em emitter) bool {
 	c.decoded = dc
 	c.approvalNote = v.note // the agent is told it (api.CallResult.ApprovalNote)
 	c.areq.Approved = true
-	c.areq.Principal, _ = c.p.m.Identify(c.peer.UID, c.peer.GID)
+	c.areq.Principal, _ = c.p.m.Identify(callerOf(c.peer))
 	c.resolve()
 	c.dec = authz.Decide(c.p.m, &c.areq)
 	c.checkTask()
@@ -347,7 +347,7 @@ const maxNote = 1024
 func (d *Daemon) approver(w http.ResponseWriter, peer Peer) (string, bool) {
 	p := d.acquire()
 	defer p.release()
-	name, _ := p.m.Identify(peer.UID, peer.GID)
+	name, _ := p.m.Identify(callerOf(peer))
 	if !p.m.IsApprover(name, peer.UID) {
 		writeError(w, http.StatusForbidden, api.ErrForbidden, "only an approver principal may see or decide approvals")
 		return "", false
@@ -413,7 +413,7 @@ func (d *Daemon) handleApprovalDecide(w http.ResponseWriter, r *http.Request, pe
 	}
 	p := d.acquire()
 	rec := &audit.Record{Kind: audit.KindApproval, ApprovalID: id, CallID: c.id,
-		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID},
+		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID, Cgroup: peer.Cgroup},
 		Task:      c.req.Task, Tool: c.req.Tool, Args: c.argsRecord, Verdict: verdict, Detail: note, PolicyVersion: p.m.Version}
 	p.release()
 	seq, err := d.ledger.Append(rec)

@@ -75,7 +75,7 @@ func (s *cacheSet) closeAll() {
 func (d *Daemon) handleCacheClear(w http.ResponseWriter, _ *http.Request, peer Peer, tool string) {
 	p := d.acquire()
 	defer p.release()
-	name, _ := p.m.Identify(peer.UID, peer.GID)
+	name, _ := p.m.Identify(callerOf(peer))
 	approver := p.m.IsApprover(name, peer.UID)
 	t := p.m.Tools[tool]
 	if t == nil || (!approver && !p.m.MayCall(name, tool)) {

@@ -467,7 +467,7 @@ func TestPrincipals(t *testing.T) {
 		t.Fatalf("a non-approver reloaded: %v", err)
 	}
 	b := h.ledger()
-	if !bytes.Contains(b, []byte(fmt.Sprintf(`"principal":{"gid":%d,"name":"agent","pid":%d,"uid":%d}`, os.Getgid(), os.Getpid(), uid))) {
+	if !bytes.Contains(b, []byte(fmt.Sprintf(`"principal":{%s"gid":%d,"name":"agent","pid":%d,"uid":%d}`, ownCgroupField(t), os.Getgid(), os.Getpid(), uid))) {
 		t.Fatal("ledger lacks the kernel-attested principal")
 	}
 }

@@ -25,7 +25,7 @@ import (
 // (TestEventsRefuseStrangers).
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, peer Peer) {
 	p := d.acquire()
-	_, known := p.m.Identify(peer.UID, peer.GID)
+	_, known := p.m.Identify(callerOf(peer))
 	p.release()
 	if !known {
 		writeError(w, http.StatusForbidden, api.ErrForbidden, fmt.Sprintf("uid %d is not a principal of the manifest: it may not follow events", peer.UID))

@@ -160,7 +160,7 @@ func (d *Daemon) handleHealth(w http.ResponseWriter, r *http.Request, _ Peer) {
 func (d *Daemon) handleTools(w http.ResponseWriter, r *http.Request, peer Peer) {
 	p := d.acquire()
 	defer p.release()
-	name, _ := p.m.Identify(peer.UID, peer.GID)
+	name, _ := p.m.Identify(callerOf(peer))
 	out := api.Tools{Tools: []api.Tool{}}
 	for _, tn := range p.m.ToolNames(name) {
 		t := p.m.Tools[tn]
@@ -190,7 +190,7 @@ func hintsOf(t *authz.Tool) api.ToolHints {
 
 func (d *Daemon) handleReload(w http.ResponseWriter, r *http.Request, peer Peer) {
 	p := d.acquire()
-	name, _ := p.m.Identify(peer.UID, peer.GID)
+	name, _ := p.m.Identify(callerOf(peer))
 	approver := p.m.IsApprover(name, peer.UID)
 	p.release()
 	if !approver {

@@ -160,7 +160,7 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 // durable, except the output events of a streamed command, which follow
 // its durable decision.
 func (c *call) pipeline(em emitter) {
-	c.areq.Principal, _ = c.p.m.Identify(c.peer.UID, c.peer.GID)
+	c.areq.Principal, _ = c.p.m.Identify(callerOf(c.peer))
 	c.resolve()
 	c.dec = authz.Decide(c.p.m, &c.areq)
 	c.d.m.decided(c)
@@ -387,7 +387,7 @@ type opResult interface {
 }
 
 func (c *call) principalRecord() *audit.Principal {
-	return &audit.Principal{Name: c.areq.Principal, UID: c.peer.UID, GID: c.peer.GID, PID: c.peer.PID}
+	return &audit.Principal{Name: c.areq.Principal, UID: c.peer.UID, GID: c.peer.GID, PID: c.peer.PID, Cgroup: c.peer.Cgroup}
 }
 
 // auditDecision appends the decision record (not yet synced). A call whose
@@ -457,4 +457,9 @@ func (c *call) auditResult(o *outcome) (uint64, error) {
 func (c *call) elapsedMS() float64 {
 	ms := float64(time.Since(c.start).Nanoseconds()) / 1e6
 	return math.Round(ms*1000) / 1000
+}
+
+// callerOf is what authz.Manifest.Identify needs of a peer.
+func callerOf(p Peer) authz.Caller {
+	return authz.Caller{UID: p.UID, GID: p.GID, Cgroup: p.Cgroup}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/daemon/policyfiles"
+	"github.com/sluicehq/sluice/daemon/transport"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/sandbox"
 )
@@ -59,6 +60,9 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		return nil, err
 	}
 	warnSelfApproval(m, log)
+	if err := workloadSupported(m); err != nil {
+		return nil, err
+	}
 	base, err := securefs.OpenRoot(m.BaseDir, mode)
 	if err != nil {
 		return nil, fmt.Errorf("manifest base %s: %w", m.BaseDir, err)
@@ -215,6 +219,19 @@ func rootsAsKernelNames(base *securefs.Root, t *authz.Tool, rs []*securefs.Root)
 		if rel != filepath.Clean(t.Roots[i]) {
 			return fmt.Errorf("roots[%d]: %q is %q as the kernel names it (a symlink on the way, or another case): in a tool with several roots and never globs, write each root as the kernel names it", i, t.Roots[i], rel)
 		}
+	}
+	return nil
+}
+
+// workloadSupported refuses a manifest with workload principals (units,
+// cgroups) on a kernel that cannot name a peer by its pidfd: every peer's
+// cgroup would be unknown, and so every peer nobody.
+func workloadSupported(m *authz.Manifest) error {
+	if !m.Workload() {
+		return nil
+	}
+	if err := transport.PeerCgroupSupported(); err != nil {
+		return fmt.Errorf("manifest: principals name units or cgroups, which need the peer's cgroup read race-free: %w", err)
 	}
 	return nil
 }

@@ -66,7 +66,7 @@ func (g *registry) begin(d *Daemon, p *policy, peer Peer, dc *decoded, start tim
 	g.calls[c.id] = c
 	g.tools[c.id] = dc.req.Tool
 	g.n++
-	c.owner, _ = p.m.Identify(peer.UID, peer.GID)
+	c.owner, _ = p.m.Identify(callerOf(peer))
 	if t := dc.req.Task; t != "" {
 		c.task = taskKey{c.owner, t}
 		ts := g.task(c.task)

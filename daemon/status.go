@@ -83,7 +83,7 @@ func (l *denialLog) counts(now time.Time, principal string, all bool) api.Status
 func (d *Daemon) viewer(w http.ResponseWriter, peer Peer) (name, policyVersion string, all, ok bool) {
 	p := d.acquire()
 	defer p.release()
-	name, _ = p.m.Identify(peer.UID, peer.GID)
+	name, _ = p.m.Identify(callerOf(peer))
 	all = p.m.IsApprover(name, peer.UID)
 	if name == "" && !all {
 		writeError(w, http.StatusForbidden, api.ErrForbidden,

@@ -22,7 +22,7 @@ import (
 // new calls with it are denied task_cancelled for the task TTL.
 func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer Peer, task string) {
 	p := d.acquire()
-	name, _ := p.m.Identify(peer.UID, peer.GID)
+	name, _ := p.m.Identify(callerOf(peer))
 	approver := p.m.IsApprover(name, peer.UID)
 	version := p.m.Version
 	p.release()
@@ -45,7 +45,7 @@ func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer P
 	// Recorded first: a cancel that cannot be audited does not happen.
 	seq, err := d.ledger.Append(&audit.Record{Kind: audit.KindTaskCancelled, Task: task, PolicyVersion: version,
 		Detail:    "tasks of: " + strings.Join(owners, ","),
-		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID}})
+		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID, Cgroup: peer.Cgroup}})
 	if err == nil {
 		err = d.ledger.Sync(seq)
 	}
@@ -69,7 +69,7 @@ func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer P
 // ends, says cancelled and by whom.
 func (d *Daemon) handleCallCancel(w http.ResponseWriter, r *http.Request, peer Peer, id string) {
 	p := d.acquire()
-	name, _ := p.m.Identify(peer.UID, peer.GID)
+	name, _ := p.m.Identify(callerOf(peer))
 	approver := p.m.IsApprover(name, peer.UID)
 	p.release()
 	by := name

@@ -156,7 +156,7 @@ func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool
 	r := a.Request("", rec.Tool)
 	req := &r
 	if p := rec.Principal; p != nil {
-		req.Principal, _ = m.Identify(p.UID, p.GID)
+		req.Principal, _ = m.Identify(authz.Caller{UID: p.UID, GID: p.GID, Cgroup: p.Cgroup})
 	}
 	// The daemon records an args error in detail whenever there was one.
 	req.ArgsError = rec.Detail

@@ -34,6 +34,12 @@ type peerKey struct{}
 type Peer struct {
 	UID, GID uint32
 	PID      int32
+	// Cgroup is the peer process's cgroup v2 path ("/system.slice/a.service"),
+	// read race-free through its pidfd when the connection was accepted
+	// (peercgroup_linux.go); "" when it could not be: a kernel without
+	// SO_PEERPIDFD, or a peer that exited first. Workload principals
+	// (docs/manifest.md "units and cgroups") never match an unknown one.
+	Cgroup string
 }
 
 // PeerFrom returns the peer credentials ConnContext put in ctx.
@@ -77,7 +83,9 @@ func peerCred(c net.Conn) (Peer, bool) {
 	}); err != nil || cerr != nil {
 		return Peer{}, false
 	}
-	return Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}, true
+	p := Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}
+	_ = raw.Control(func(fd uintptr) { p.Cgroup, _ = peerCgroup(int(fd)) })
+	return p, true
 }
 
 // ListenUnix listens on path with mode 0660 (group "sluice" when that group

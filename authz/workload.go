@@ -111,32 +111,11 @@ func UnitOf(cgroup string) string {
 	return ""
 }
 
-// cgroupMatch matches a cgroup path glob, component by component: each
-// component a path.Match pattern, "**" any number of components (none
-// too). "/kubepods.slice/**" matches every cgroup beneath it.
+// cgroupMatch matches a cgroup path glob as search matches a path glob
+// (matchSegs): each component a path.Match pattern, "**" any number of
+// components (none too). "/kubepods.slice/**" matches every cgroup beneath it.
 func cgroupMatch(glob, cgroup string) bool {
-	return matchComps(strings.Split(strings.TrimPrefix(glob, "/"), "/"), strings.Split(strings.TrimPrefix(cgroup, "/"), "/"))
-}
-
-func matchComps(pat, comps []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for i := len(comps); i >= 0; i-- {
-				if matchComps(pat[1:], comps[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(comps) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pat[0], comps[0]); !ok {
-			return false
-		}
-		pat, comps = pat[1:], comps[1:]
-	}
-	return len(comps) == 0
+	return matchSegs(strings.Split(strings.TrimPrefix(glob, "/"), "/"), strings.Split(strings.TrimPrefix(cgroup, "/"), "/"))
 }
 
 const maxWorkloadGlobs = 64

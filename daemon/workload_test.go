@@ -82,14 +82,17 @@ func TestWorkloadPrincipals(t *testing.T) {
 	mnt := cgroup2Mount(t)
 	base := "/sluice-test-" + filepath.Base(t.TempDir())
 	pod := base + "/kubepods.slice/pod-1.slice/c1.scope"
-	if err := os.MkdirAll(filepath.Join(mnt, pod), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for d := filepath.Join(mnt, pod); strings.HasPrefix(d, filepath.Join(mnt, base)); d = filepath.Dir(d) {
-			os.Remove(d)
+	svc := base + "/system.slice/review@pr-7.service/payload"
+	for _, cg := range []string{pod, svc} {
+		if err := os.MkdirAll(filepath.Join(mnt, cg), 0o755); err != nil {
+			t.Fatal(err)
 		}
-	})
+		t.Cleanup(func() {
+			for d := filepath.Join(mnt, cg); strings.HasPrefix(d, filepath.Join(mnt, base)); d = filepath.Dir(d) {
+				os.Remove(d)
+			}
+		})
+	}
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "src"), 0o755); err != nil {
 		t.Fatal(err)
@@ -99,14 +102,16 @@ func TestWorkloadPrincipals(t *testing.T) {
 	os.WriteFile(manifest, []byte(`{"schema_version":1,"base":"`+dir+`",
 	 "principals":{
 	  "pods":{"cgroups":["`+base+`/kubepods.slice/**"],"uids":[0],"tools":["read_file"]},
+	  "reviewer":{"units":["review@*.service"],"tools":["stat_file"]},
 	  "ops":{"uids":[0],"tools":["*"],"approver":true}},
 	 "tools":{"read_file":{"operation":"read","roots":["src"]},
+	          "stat_file":{"operation":"stat","roots":["src"]},
 	          "write_file":{"operation":"write","roots":["src"]}}}`), 0o600)
 	h := start(t, manifest, securefs.ModeAuto)
 
-	fromPod := func(tool string, args map[string]string) *api.CallResult {
+	from := func(cgroup, tool string, args map[string]string) *api.CallResult {
 		t.Helper()
-		cg, err := os.Open(filepath.Join(mnt, pod))
+		cg, err := os.Open(filepath.Join(mnt, cgroup))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,10 +136,17 @@ func TestWorkloadPrincipals(t *testing.T) {
 		return &res
 	}
 
-	if res := fromPod("read_file", map[string]string{"path": "src/a.txt"}); res.Reason != api.ReasonAllowed {
+	if res := from(pod, "read_file", map[string]string{"path": "src/a.txt"}); res.Reason != api.ReasonAllowed {
 		t.Fatalf("pod read: %+v", res)
 	}
-	if res := fromPod("write_file", map[string]string{"path": "src/b.txt", "content": "x"}); res.Verdict != api.VerdictDeny || res.Reason != api.ReasonPrincipalNotAllowed {
+	// A process in a delegated sub-cgroup of review@pr-7.service is reviewer.
+	if res := from(svc, "stat_file", map[string]string{"path": "src/a.txt"}); res.Reason != api.ReasonAllowed {
+		t.Fatalf("reviewer stat: %+v", res)
+	}
+	if res := from(svc, "read_file", map[string]string{"path": "src/a.txt"}); res.Reason != api.ReasonPrincipalNotAllowed {
+		t.Fatalf("reviewer read: %s, want principal_not_allowed", res.Reason)
+	}
+	if res := from(pod, "write_file", map[string]string{"path": "src/b.txt", "content": "x"}); res.Verdict != api.VerdictDeny || res.Reason != api.ReasonPrincipalNotAllowed {
 		t.Fatalf("pod write: %s %s, want deny principal_not_allowed (uid 0 in a pod is pods, not ops)", res.Verdict, res.Reason)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "src", "b.txt")); err == nil {
@@ -145,7 +157,7 @@ func TestWorkloadPrincipals(t *testing.T) {
 		t.Fatalf("ops write: %s", body)
 	}
 	l := h.ledger()
-	var pods, ops int
+	var pods, ops, reviewer int
 	for line := range bytes.SplitSeq(l, []byte("\n")) {
 		var rec struct {
 			Kind      string
@@ -163,6 +175,11 @@ func TestWorkloadPrincipals(t *testing.T) {
 			if rec.Principal.Cgroup != pod {
 				t.Errorf("a pods record names cgroup %q, want %q", rec.Principal.Cgroup, pod)
 			}
+		case "reviewer":
+			reviewer++
+			if rec.Principal.Cgroup != svc {
+				t.Errorf("a reviewer record names cgroup %q, want %q", rec.Principal.Cgroup, svc)
+			}
 		case "ops":
 			ops++
 			if rec.Principal.Cgroup == "" || strings.HasPrefix(rec.Principal.Cgroup, base) {
@@ -170,8 +187,8 @@ func TestWorkloadPrincipals(t *testing.T) {
 			}
 		}
 	}
-	if pods != 2 || ops != 1 {
-		t.Fatalf("decisions: pods %d, ops %d; want 2 and 1\n%s", pods, ops, l)
+	if pods != 2 || ops != 1 || reviewer != 2 {
+		t.Fatalf("decisions: pods %d, ops %d, reviewer %d; want 2, 1 and 2\n%s", pods, ops, reviewer, l)
 	}
 }
 

@@ -69,6 +69,9 @@ type Principal struct {
 	GIDs     []uint32 `json:"gids,omitempty" toml:"gids"`
 	Tools    []string `json:"tools" toml:"tools"`
 	Approver bool     `json:"approver,omitempty" toml:"approver"`
+	// Rate and DenialBudget are its budgets (budget.go); nil: none.
+	Rate         *Rate         `json:"rate,omitempty" toml:"rate"`
+	DenialBudget *DenialBudget `json:"denial_budget,omitempty" toml:"denial_budget"`
 }
 
 // Tool is one tool's rule. Execute-only and write-only keys are validated
@@ -390,6 +393,7 @@ func canonical(m *Manifest) ([]byte, error) {
 var validators = []func(*Manifest) error{
 	validateTop,
 	validatePrincipals,
+	validateBudgets,
 	validateTools,
 }
 

@@ -60,6 +60,7 @@ func (r *Report) Summary() string {
 var runtimeReasons = map[api.Reason]bool{
 	api.ReasonApprovalDenied: true, api.ReasonApprovalExpired: true, api.ReasonTaskCancelled: true,
 	api.ReasonAuditUnavailable: true, api.ReasonBusy: true, api.ReasonNoSpace: true,
+	api.ReasonRateLimited: true, api.ReasonBudgetExhausted: true, // the principal's budgets, kept by the daemon
 }
 
 // Run reads a ledger (checking its chain; a break is an *audit.VerifyError)

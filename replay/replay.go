@@ -60,7 +60,6 @@ func (r *Report) Summary() string {
 var runtimeReasons = map[api.Reason]bool{
 	api.ReasonApprovalDenied: true, api.ReasonApprovalExpired: true, api.ReasonTaskCancelled: true,
 	api.ReasonAuditUnavailable: true, api.ReasonBusy: true, api.ReasonNoSpace: true,
-	api.ReasonRateLimited: true, api.ReasonBudgetExhausted: true, // the principal's budgets, kept by the daemon
 }
 
 // Run reads a ledger (checking its chain; a break is an *audit.VerifyError)
@@ -96,6 +95,12 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 			continue
 		}
 		rep.Decisions++
+		if rec.Reason == api.ReasonRateLimited || rec.Reason == api.ReasonBudgetExhausted {
+			// Refused by the principal's budgets, which the daemon keeps,
+			// before the policy was asked: nothing was resolved to decide
+			// again, and the refusal stands.
+			continue
+		}
 		req, subject, ok := request(m, rec)
 		if !ok {
 			rep.Undecidable++

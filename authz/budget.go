@@ -3,7 +3,6 @@ package authz
 import (
 	"fmt"
 	"math"
-	"time"
 )
 
 // A principal's budgets (docs/manifest.md, "Budgets and rate limits";
@@ -51,9 +50,6 @@ func (r *Rate) EffectiveBurst() int {
 	}
 	return max(1, int(math.Ceil(r.PerSecond)))
 }
-
-// Window is the budget's window as a duration.
-func (b *DenialBudget) Window() time.Duration { return time.Duration(b.WindowS) * time.Second }
 
 // Budgets is the named principal's rate and denial budget (nil where it
 // has none). The default principal "local" (no principals declared) has

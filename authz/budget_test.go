@@ -3,7 +3,6 @@ package authz
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 const budgetTool = `"tools":{"r":{"operation":"read","roots":["a"]}}`
@@ -42,7 +41,7 @@ roots = ["a"]
 		t.Errorf("JSON and TOML twins differ: %s\n%s", mj.Canonical, mt.Canonical)
 	}
 	r, b := mj.Budgets("agent")
-	if r == nil || r.PerSecond != 2.5 || r.EffectiveBurst() != 3 || b == nil || b.Denials != 20 || b.Window() != 300*time.Second {
+	if r == nil || r.PerSecond != 2.5 || r.EffectiveBurst() != 3 || b == nil || b.Denials != 20 || b.WindowS != 300 {
 		t.Fatalf("agent's budgets: %+v %+v", r, b)
 	}
 	if r, b := mj.Budgets("ops"); r != nil || b != nil {

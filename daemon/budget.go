@@ -44,7 +44,7 @@ func budgetLimits(m *authz.Manifest) map[string]admission.Limits {
 			lim.Rate, lim.Burst = r.PerSecond, r.EffectiveBurst()
 		}
 		if b != nil {
-			lim.Denials, lim.Window = b.Denials, b.Window()
+			lim.Denials, lim.Window = b.Denials, time.Duration(b.WindowS)*time.Second
 		}
 		if r != nil || b != nil {
 			out[principalKey(name)] = lim

@@ -22,6 +22,10 @@ type Status struct {
 	Denials   StatusDenials `json:"denials"`             // recent denials by reason
 	Tasks     int           `json:"tasks"`               // tasks the daemon remembers (see GET /v1/tasks)
 	Audit     string        `json:"audit"`               // "ok" or "degraded"
+
+	// Budgets are the principals' rates and denial budgets (budget.go):
+	// the caller's own, an approver's everyone's; absent when none.
+	Budgets []StatusBudget `json:"budgets,omitempty"`
 }
 
 // StatusCall is one call in flight.

@@ -32,6 +32,10 @@ const (
 	// every path with its old and new sha256, durable before the first
 	// file changes (docs/design.md §4, "Commands that write").
 	KindChangeset = "changeset"
+	// KindBudgetReset is an approver's reset of a principal's budgets
+	// (docs/api.md, POST /v1/budgets/{principal}/reset): its principal is
+	// the approver, its detail names whose budget and what was cleared.
+	KindBudgetReset = "budget_reset"
 )
 
 // Record is one ledger line. Fields are declared in key order and "hash"

@@ -73,6 +73,9 @@ type Principal struct {
 	// and cgroup v2 path globs, matched against the peer's cgroup.
 	Units   []string `json:"units,omitempty" toml:"units"`
 	Cgroups []string `json:"cgroups,omitempty" toml:"cgroups"`
+	// Rate and DenialBudget are its budgets (budget.go); nil: none.
+	Rate         *Rate         `json:"rate,omitempty" toml:"rate"`
+	DenialBudget *DenialBudget `json:"denial_budget,omitempty" toml:"denial_budget"`
 }
 
 // Tool is one tool's rule. Execute-only and write-only keys are validated
@@ -394,6 +397,7 @@ func canonical(m *Manifest) ([]byte, error) {
 var validators = []func(*Manifest) error{
 	validateTop,
 	validatePrincipals,
+	validateBudgets,
 	validateTools,
 }
 

@@ -237,6 +237,8 @@ type Daemon struct {
 	stopCalls context.CancelCauseFunc
 	// drops rate limits decision records of unmapped uids (ratelimit.go).
 	drops *admission.DropLimiter
+	// budgets are the principals' rates and denial budgets (budget.go).
+	budgets *admission.Limiter
 }
 
 // openLedger opens the audit ledger; tests wrap it to inject faults.
@@ -298,6 +300,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	d.pol = pol
+	d.budgets = admission.NewLimiter()
+	d.configureBudgets(pol.m)
 	// Until it serves, a return closes the policy's pools and views here,
 	// or closeRunner would wait for them forever; serving, Run's own
 	// returns do.
@@ -556,6 +560,7 @@ func (d *Daemon) reload() (*policy, error) {
 	old := d.pol
 	d.pol = np
 	d.mu.Unlock()
+	d.configureBudgets(np.m)
 	old.retire()
 	d.log.Info("manifest reloaded", "policy_version", np.m.Version, "previous", old.m.Version)
 	d.events.Publish(api.DaemonEvent{Event: api.DaemonEventPolicyLoaded, PolicyVersion: np.m.Version})

@@ -61,8 +61,8 @@ func (d *Daemon) routes() http.Handler {
 }
 
 // paramRoute matches the routes that carry an id in the path:
-// /v1/approvals/{id}, /v1/calls/{call_id}/cancel and
-// /v1/tasks/{task}/cancel. The segment is taken
+// /v1/approvals/{id}, /v1/calls/{call_id}/cancel,
+// /v1/budgets/{principal}/reset and /v1/tasks/{task}/cancel. The segment is taken
 // from the escaped path, so a task id may hold any character but a
 // control one.
 func (d *Daemon) paramRoute(r *http.Request) (route, bool) {
@@ -95,6 +95,18 @@ func (d *Daemon) paramRoute(r *http.Request) (route, bool) {
 			}
 			return route{method: http.MethodPost, h: func(w http.ResponseWriter, r *http.Request, peer Peer) {
 				d.handleCacheClear(w, r, peer, tool)
+			}}, true
+		}
+	}
+	if rest, ok := strings.CutPrefix(p, "/v1/budgets/"); ok {
+		if seg, ok := strings.CutSuffix(rest, "/reset"); ok && seg != "" && !strings.Contains(seg, "/") {
+			principal, err := url.PathUnescape(seg)
+			if err != nil {
+				return route{}, false
+			}
+			// dots: a principal's name may hold ".." (one segment, never a path).
+			return route{method: http.MethodPost, dots: true, h: func(w http.ResponseWriter, r *http.Request, peer Peer) {
+				d.handleBudgetReset(w, r, peer, principal)
 			}}, true
 		}
 	}

@@ -120,6 +120,7 @@ func newMetrics(d *Daemon) *metrics {
 			Name: "sluice_containers_queued", Help: "Execute calls waiting for a container slot.",
 		}, func() float64 { _, q := d.slots.Stats(); return float64(q) }),
 		&stateCollector{d: d},
+		&budgetCollector{d: d}, // budget.go
 	)
 	return m
 }

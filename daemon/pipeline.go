@@ -60,6 +60,9 @@ type call struct {
 	// (authz.Op.Targets, in order), held for its executor.
 	targets []heldTarget
 	dec     authz.Decision
+	// limitDetail says when a call refused by its principal's budgets
+	// frees up, or that this denial spent the budget (budget.go).
+	limitDetail string
 }
 
 // preparedWork is what an operation's prepare (opSpec.prepare) began for
@@ -161,6 +164,10 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 // its durable decision.
 func (c *call) pipeline(em emitter) {
 	c.areq.Principal, _ = c.p.m.Identify(callerOf(c.peer))
+	if c.limited() { // rate and denial budget, before anything resolves (budget.go)
+		c.finishLimited(em)
+		return
+	}
 	c.resolve()
 	c.dec = authz.Decide(c.p.m, &c.areq)
 	c.d.m.decided(c)
@@ -168,6 +175,7 @@ func (c *call) pipeline(em emitter) {
 	if c.dec.Pending() && !c.awaitApproval(em) {
 		return
 	}
+	c.countDenial() // budget.go
 	seq, err := c.auditDecision()
 	if err != nil {
 		c.failClosed()
@@ -407,6 +415,8 @@ func (c *call) auditDecision() (uint64, error) {
 	rec.Resource, rec.Resolved = c.recordedResources()
 	if c.areq.ArgsError != "" {
 		rec.Detail = c.areq.ArgsError // what replay needs to decide it again
+	} else {
+		rec.Detail = c.limitDetail
 	}
 	seq, err := c.d.ledger.Append(rec)
 	if err != nil {

@@ -37,6 +37,9 @@ func (c *call) present(o *outcome) api.CallResult {
 	}
 	if c.decoded != nil {
 		res.Detail = authz.ArgsDetail(c.tool, &c.areq, c.dec)
+		if res.Detail == "" {
+			res.Detail = c.limitDetail // budget.go
+		}
 		res.ApprovalNote = c.approvalNote
 	}
 	if o != nil {

@@ -491,6 +491,11 @@ func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) st
 		// Only the reason code: under deny_detail "opaque" it is the bland
 		// "unavailable", and nothing else is known here.
 		out.Content = append(out.Content, &sdk.TextContent{Text: "sluice denied this call: " + string(res.Reason)})
+		if res.Detail != "" && (res.Reason == api.ReasonRateLimited || res.Reason == api.ReasonBudgetExhausted) {
+			// When the refusal ends (the daemon's words): an agent
+			// should wait or stop, not retry at once.
+			out.Content = append(out.Content, &sdk.TextContent{Text: res.Detail})
+		}
 		if res.ApprovalNote != "" {
 			// The human who denied it says why: the agent should read it.
 			out.Content = append(out.Content, &sdk.TextContent{Text: "The approver's note: " + res.ApprovalNote})

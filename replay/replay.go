@@ -95,6 +95,12 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 			continue
 		}
 		rep.Decisions++
+		if rec.Reason == api.ReasonRateLimited || rec.Reason == api.ReasonBudgetExhausted {
+			// Refused by the principal's budgets, which the daemon keeps,
+			// before the policy was asked: nothing was resolved to decide
+			// again, and the refusal stands.
+			continue
+		}
 		req, subject, ok := request(m, rec)
 		if !ok {
 			rep.Undecidable++

@@ -183,3 +183,17 @@ func TestPatternedDecisionReplays(t *testing.T) {
 		t.Fatalf("another root: %s: %+v", rep.Summary(), rep.Changes)
 	}
 }
+
+// TestBudgetRefusalsStand: a call refused rate_limited or budget_exhausted
+// was refused by the principal's budgets, which the daemon keeps, not by
+// the policy: replayed under the same manifest it stands, as a human's
+// or the daemon's state's refusal does.
+func TestBudgetRefusalsStand(t *testing.T) {
+	refused := []call{
+		{"read_file", "deny", "rate_limited", map[string]any{"path": "ws/src/a.py"}, nil, 0},
+		{"read_file", "deny", "budget_exhausted", map[string]any{"path": "ws/src/a.py"}, nil, 0},
+	}
+	if rep := run(t, base, ledger(t, refused)); rep.Decisions != 2 || rep.Changed != 0 {
+		t.Fatalf("%s: %+v", rep.Summary(), rep.Changes)
+	}
+}

@@ -49,6 +49,8 @@ Commands:
   tasks cancel TASK   Cancel a task: its commands are killed, waiting calls end,
                       no late write commits, new calls are denied task_cancelled.
   cache clear TOOL    Drop an execute tool's caches (yours; an approver: everyone's).
+  budget reset PRINCIPAL
+                      Give a principal its rate and denial budget back (approvers only).
   audit verify [--anchor FILE] [--head SEQ:HASH]... [--accept-truncated] [FILE]
                       Check the audit ledger's hash chain, and that it reaches
                       its anchor (and each --head). Exit 0 intact, 1 broken,
@@ -133,6 +135,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.cancel(rest[1:])
 	case "cache":
 		return e.cache(rest[1:])
+	case "budget":
+		return e.budget(rest[1:])
 	case "replay":
 		return e.replay(rest[1:])
 	case "mcp":

@@ -20,8 +20,9 @@ const statusHelp = `Usage: sluice status [--json]
 What sluiced is doing now (GET /v1/status): its version and policy_version,
 the calls in flight (principal, tool, task, age, and the approval a parked
 one waits for), the calls waiting for approval (how many, the oldest), the
-execute tools' warm pools (ready of size), and the denials of the last 5
-minutes by reason. An approver sees every principal's; anyone else only
+execute tools' warm pools (ready of size), the denials of the last 5
+minutes by reason, and the principals' budgets (rate, denials in the
+window, a lockout and when it ends). An approver sees every principal's; anyone else only
 their own calls, approvals and denials, and no pools.
 
   --json   print the daemon's JSON
@@ -116,6 +117,7 @@ func printStatus(w io.Writer, st *api.Status) {
 		fmt.Fprintf(w, " (%s)", strings.Join(reasons, ", "))
 	}
 	fmt.Fprintf(w, "\ntasks remembered: %d (sluice tasks list)\n", st.Tasks)
+	printBudgets(w, &s, st.Budgets) // budget.go
 	if s.hidden > 0 {
 		fmt.Fprintf(w, "! %d control/invisible characters in tool names or task ids, shown escaped\n", s.hidden)
 	}

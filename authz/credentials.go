@@ -67,3 +67,18 @@ func showCredential(t *Tool, u *string, parsed *parsedURL, ch *api.ApprovalChang
 		ch.Summary = append(ch.Summary, api.ChangeField{Label: "credential", Value: name + " for " + tg.Host + ", added by sluiced (its value is not shown)"})
 	}
 }
+
+// credentialNote tells the agent, in a fetch tool's schema, which headers
+// sluiced adds itself (and so refuses from it), never their values.
+func credentialNote(t *Tool) string {
+	var notes []string
+	for _, host := range sortedKeys(t.Credentials) {
+		if c := t.Credentials[host]; c != nil {
+			notes = append(notes, c.Header+" for "+host)
+		}
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return ". sluiced adds " + strings.Join(notes, ", ") + " itself; do not set it"
+}

@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -106,5 +107,10 @@ value_file = "/etc/sluice/secrets/example-token"
 	}
 	if !found {
 		t.Errorf("approval summary %+v names no credential", ch.Summary)
+	}
+	// The agent's schema says which header sluiced adds, for which host.
+	sch, _ := json.Marshal(opFetch.schema(tl))
+	if !strings.Contains(string(sch), "sluiced adds Authorization for api.example.com itself") {
+		t.Errorf("schema: %s", sch)
 	}
 }

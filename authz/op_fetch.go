@@ -129,7 +129,7 @@ var opFetch = Op{
 				"url":    map[string]any{"type": "string", "description": "An absolute URL on one of: " + strings.Join(t.Hosts, ", ")},
 				"method": map[string]any{"type": "string", "enum": []string{"GET", "HEAD"}, "description": "GET (default) or HEAD"},
 				"headers": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
-					"description": "Request headers; only " + strings.Join(allowedHeaders(t), ", ")},
+					"description": "Request headers; only " + strings.Join(allowedHeaders(t), ", ") + credentialNote(t)},
 			},
 		}
 	},

@@ -119,6 +119,9 @@ type Tool struct {
 	InsecureAllowPrivate bool     `json:"insecure_allow_private,omitempty" toml:"insecure_allow_private"`
 	Webhooks             []string `json:"webhooks,omitempty" toml:"webhooks"`
 	MaxRequestBytes      int64    `json:"max_request_bytes,omitempty" toml:"max_request_bytes"`
+	// Credentials are a fetch or post tool's: by exact host, the header
+	// sluiced adds to every request to it (credentials.go).
+	Credentials map[string]*Credential `json:"credentials,omitempty" toml:"credentials"`
 	// FileMode is the octal permission of files a write creates ("0644").
 	FileMode string `json:"file_mode,omitempty" toml:"file_mode"`
 	// DirMode is the octal permission of directories a mkdir makes

@@ -461,6 +461,7 @@ func keyIsSet(t *Tool) []struct {
 		{len(t.Hosts) > 0, "hosts"}, {len(t.Schemes) > 0, "schemes"}, {t.MaxRedirects != nil, "max_redirects"},
 		{t.AllowedHeaders != nil, "allowed_headers"}, {t.InsecureAllowPrivate, "insecure_allow_private"},
 		{len(t.Webhooks) > 0, "webhooks"}, {t.MaxRequestBytes != 0, "max_request_bytes"},
+		{t.Credentials != nil, "credentials"},
 	}
 }
 

@@ -18,6 +18,9 @@ type ExecEgress struct {
 	// InsecureAllowPrivate admits loopback, private, link-local, …
 	// addresses (tests against local servers only).
 	InsecureAllowPrivate bool `json:"insecure_allow_private,omitempty" toml:"insecure_allow_private"`
+	// Credentials is refused, with why: the proxy relays TLS it cannot
+	// read (docs/egress.md, "Credentials").
+	Credentials any `json:"credentials,omitempty" toml:"credentials"`
 }
 
 // ProxyEnv are the variables egress sets in a command's environment; the
@@ -44,6 +47,9 @@ func validateEgress(key string, t *Tool) error {
 		if s == "" || strings.ContainsAny(s, " \t\r\n\x00") {
 			return merr(fmt.Sprintf("%s.schemes[%d]", k, i), "%q is empty or contains a space, a control character or NUL", s)
 		}
+	}
+	if e.Credentials != nil {
+		return merr(k+".credentials", "the command proxy relays HTTPS it cannot read, so it cannot add a header without terminating TLS; give the credential to a fetch or post tool instead (docs/egress.md, \"Credentials\"), or remove it")
 	}
 	if e.MaxBytesOut < 0 {
 		return merr(k+".max_bytes_out", "is %d; use a positive byte count, or omit it for no cap", e.MaxBytesOut)

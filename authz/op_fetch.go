@@ -57,11 +57,11 @@ func urlTarget[A OpArgs](url func(A) *string) []Target {
 var opFetch = Op{
 	Name:     api.OpFetch,
 	Hints:    api.ToolHints{ReadOnly: true, Idempotent: true},
-	Keys:     []string{"hosts", "schemes", "max_redirects", "allowed_headers", "insecure_allow_private", "timeout_ms"},
+	Keys:     []string{"hosts", "schemes", "max_redirects", "allowed_headers", "insecure_allow_private", "timeout_ms", "credentials"},
 	Targets:  urlTarget(func(a *FetchArgs) *string { return a.URL }),
 	net:      authorizeFetch,
 	Effects:  true, // a GET carries what its URL says to a server: durable before it leaves
-	validate: []validator{validateNet},
+	validate: []validator{validateCredentials, validateNet},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var fa api.FetchArgs
 		if err := strictArgs(raw, &fa); err != nil {
@@ -120,6 +120,7 @@ var opFetch = Op{
 		for _, k := range slices.Sorted(maps.Keys(rec)) {
 			ch.Summary = append(ch.Summary, api.ChangeField{Label: "header", Value: k + ": " + rec[k]})
 		}
+		showCredential(t, fa.URL, &fa.parsed, ch)
 	},
 	schema: func(t *Tool) map[string]any {
 		return map[string]any{
@@ -128,7 +129,7 @@ var opFetch = Op{
 				"url":    map[string]any{"type": "string", "description": "An absolute URL on one of: " + strings.Join(t.Hosts, ", ")},
 				"method": map[string]any{"type": "string", "enum": []string{"GET", "HEAD"}, "description": "GET (default) or HEAD"},
 				"headers": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
-					"description": "Request headers; only " + strings.Join(allowedHeaders(t), ", ")},
+					"description": "Request headers; only " + strings.Join(allowedHeaders(t), ", ") + credentialNote(t)},
 			},
 		}
 	},
@@ -275,7 +276,7 @@ func validateNet(key string, t *Tool) error {
 	c := netpolicy.Config{
 		Hosts: t.Hosts, Webhooks: t.Webhooks, Schemes: t.Schemes, InsecureAllowPrivate: t.InsecureAllowPrivate,
 		AllowedHeaders: t.AllowedHeaders, MaxBytes: t.EffectiveMaxBytes(), MaxRequestBytes: t.MaxRequestBytes,
-		Timeout: netpolicy.TimeoutMS(t.TimeoutMS),
+		Timeout: netpolicy.TimeoutMS(t.TimeoutMS), Credentials: credentialHeaders(t),
 	}
 	if t.MaxRedirects != nil {
 		if *t.MaxRedirects < 0 || *t.MaxRedirects > 20 {

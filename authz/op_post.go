@@ -35,12 +35,12 @@ func (a *PostArgs) Subject() string {
 var opPost = Op{
 	Name:     api.OpPost,
 	Hints:    api.ToolHints{},
-	Keys:     []string{"webhooks", "max_request_bytes", "schemes", "insecure_allow_private", "timeout_ms"},
+	Keys:     []string{"webhooks", "max_request_bytes", "schemes", "insecure_allow_private", "timeout_ms", "credentials"},
 	Targets:  urlTarget(func(a *PostArgs) *string { return a.URL }),
 	net:      authorizePost,
 	Effects:  true,
 	Binds:    true,
-	validate: []validator{validateNet},
+	validate: []validator{validateCredentials, validateNet},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var pa api.PostArgs
 		if err := strictArgs(raw, &pa); err != nil {
@@ -121,6 +121,7 @@ var opPost = Op{
 			ch.Summary = append(ch.Summary, api.ChangeField{Label: "url", Value: *pa.URL})
 		}
 		ch.BodyBytes, ch.BodySHA256 = int64(len(pa.Body)), sha256Of(pa.Body)
+		showCredential(t, pa.URL, &pa.parsed, ch)
 	},
 	describe: func(t *Tool) string {
 		return fmt.Sprintf("Post a JSON body to %s.", strings.Join(t.Webhooks, ", "))

@@ -4,12 +4,14 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strconv"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/daemon/policyfiles"
 	"github.com/sluicehq/sluice/egress"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/redact"
@@ -23,6 +25,37 @@ import (
 // netClient performs fetch and post: the system resolver, the system's
 // roots, proxy variables ignored (egress.Client).
 var netClient = &egress.Client{}
+
+// loadNet reads a fetch or post tool's credential values when the
+// manifest loads (and on every reload, so a rotated value is picked up
+// by the next reload): each value_file as policyfiles.ReadSecret checks
+// it (root's, 0600 or 0640, reached through nothing another uid could
+// change, beneath no tool's root). The values live in the policy alone,
+// never in the manifest, a record or a log line (docs/security.md,
+// "Credentials the agent never holds").
+func loadNet(p *policy, name string, t *authz.Tool, files *policyfiles.Files) error {
+	if len(t.Credentials) == 0 {
+		return nil
+	}
+	values := make(map[string]string, len(t.Credentials))
+	for host, c := range t.Credentials {
+		key := "tools." + name + ".credentials." + host + ".value_file"
+		v, err := files.ReadSecret(key, c.ValueFile)
+		if err != nil {
+			return fmt.Errorf("manifest: %w", err)
+		}
+		values[host] = string(v)
+	}
+	cr, err := egress.NewCredentials(values)
+	if err != nil {
+		return fmt.Errorf("manifest: tools.%s.credentials.%w", name, err)
+	}
+	if p.creds == nil {
+		p.creds = map[string]*egress.Credentials{}
+	}
+	p.creds[name] = cr
+	return nil
+}
 
 // resolveNet resolves a fetch's or post's URL target once: the URL
 // authorized by the tool's policy into the request to send (authz.
@@ -80,7 +113,7 @@ func execFetch(c *call, _ func(string, []byte)) *outcome {
 	if !addr.IsValid() {
 		return &outcome{reason: api.ReasonUpstreamError, result: &netResult{egress: rec}}
 	}
-	res, err := netClient.Fetch(c.ctx, c.tool.NetPolicy(), r, addr)
+	res, err := netClient.FetchWith(c.ctx, c.tool.NetPolicy(), r, addr, c.p.creds[c.req.Tool])
 	return c.netOutcome(res, err, rec)
 }
 
@@ -95,7 +128,7 @@ func execPost(c *call, _ func(string, []byte)) *outcome {
 	if !addr.IsValid() {
 		return &outcome{reason: api.ReasonUpstreamError, result: &netResult{egress: rec}}
 	}
-	res, err := netClient.Post(c.ctx, c.tool.NetPolicy(), r, addr, pa.Body)
+	res, err := netClient.PostWith(c.ctx, c.tool.NetPolicy(), r, addr, pa.Body, c.p.creds[c.req.Tool])
 	return c.netOutcome(res, err, rec)
 }
 

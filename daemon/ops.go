@@ -55,8 +55,8 @@ var operations = map[api.Operation]*opSpec{
 		prepare: (*call).startCold,
 		load:    loadExec,
 	},
-	api.OpFetch: {exec: execFetch},
-	api.OpPost:  {exec: execPost, show: showBodyNow},
+	api.OpFetch: {exec: execFetch, load: loadNet},
+	api.OpPost:  {exec: execPost, show: showBodyNow, load: loadNet},
 }
 
 func init() {

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/daemon/policyfiles"
 	"github.com/sluicehq/sluice/daemon/transport"
+	"github.com/sluicehq/sluice/egress"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/sandbox"
 )
@@ -29,6 +30,8 @@ type policy struct {
 	exec  map[string]*execTool        // execute tools
 	// runner runs the execute tools' containers; set when there are any.
 	runner *sandbox.Runner
+	// creds are the fetch and post tools' credential values (op_net.go).
+	creds map[string]*egress.Credentials
 
 	users   atomic.Int64
 	retired atomic.Bool

@@ -41,11 +41,25 @@ type Result struct {
 	Rule        netpolicy.Rule
 	Hops        []Hop
 	Duration    time.Duration
+	// Redacted counts the echoes of a credential's value replaced by
+	// CredentialMark in the body, the content type and the URLs.
+	Redacted int
 }
 
 // Fetch performs a fetch with the default Client.
 func Fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr) (*Result, error) {
 	return defaultClient.Fetch(ctx, p, r, addr)
+}
+
+// Fetch is FetchWith no credential values: a request to a host the
+// policy names a credential for is refused.
+func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr) (*Result, error) {
+	return c.FetchWith(ctx, p, r, addr, nil)
+}
+
+// Post is PostWith no credential values.
+func (c *Client) Post(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr, body []byte) (*Result, error) {
+	return c.PostWith(ctx, p, r, addr, body, nil)
 }
 
 // Post performs a post with the default Client.
@@ -58,7 +72,7 @@ func Post(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr n
 // follow a redirect to another allowed host.
 var credentialHeaders = []string{"Authorization", "Cookie", "Cookie2"}
 
-// Fetch performs the GET or HEAD that r is (netpolicy.Policy.AuthorizeFetch
+// FetchWith performs the GET or HEAD that r is (netpolicy.Policy.AuthorizeFetch
 // made it: its URL, method and headers are not checked again), its first
 // request sent to addr, the address the caller's decision checked among
 // the answer of its host's one lookup (Lookup): no lookup is made for it,
@@ -69,7 +83,19 @@ var credentialHeaders = []string{"Authorization", "Cookie", "Cookie2"}
 // request sent over a connection to exactly that address, so a hop to an
 // undeclared host is refused before anything is sent there. The body is
 // read up to MaxBytes+1 and never buffered beyond that.
-func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr) (*Result, error) {
+//
+// cr are the tool's credential values: each hop to a host the policy
+// names a credential for carries its header (a redirect back to it
+// too), no other hop does, a redirect whose Location echoes a value is
+// refused, and every value echoed in the body, the content type, the
+// URLs or an error's text is replaced by CredentialMark (docs/egress.md,
+// "Credentials").
+func (c *Client) FetchWith(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr, cr *Credentials) (*Result, error) {
+	res, err := c.fetch(ctx, p, r, addr, cr)
+	return cr.scrubResult(res, err)
+}
+
+func (c *Client) fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr, cr *Credentials) (*Result, error) {
 	if r == nil || r.Target() == nil || r.Method() == http.MethodPost {
 		return nil, denied("fetch of a request not authorized as one")
 	}
@@ -104,8 +130,12 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Re
 		res.Hops = append(res.Hops, Hop{URL: t.String(), Rule: rule})
 		res.URL, res.Rule = t.String(), rule
 		var resp *http.Response
+		var sent http.Header
 		if err == nil {
-			resp, err = c.send(ctx, pd, tr, t, ap, method, hdr, nil)
+			sent, err = cr.add(p, t, hdr)
+		}
+		if err == nil {
+			resp, err = c.send(ctx, pd, tr, t, ap, method, sent, nil)
 			res.Hops[hop].Addr = ap
 		}
 		res.Addr = res.Hops[hop].Addr
@@ -127,6 +157,12 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Re
 			}
 			// A new untrusted URL: parsed and authorized on its own.
 			next := u.String()
+			if s := cr.scrubber(); s != nil && (s.Contains(loc) || s.Contains(next)) {
+				// Following it would carry the value wherever it points.
+				res.Hops = append(res.Hops, Hop{URL: next})
+				res.Duration = time.Since(start)
+				return res, denied("redirect %d: Location echoes a credential", hop+1)
+			}
 			prev = t
 			if t, rule, err = p.AuthorizeURL(next); err != nil {
 				res.Hops = append(res.Hops, Hop{URL: next})
@@ -135,7 +171,7 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Re
 			}
 			continue
 		}
-		err = readBody(ctx, res, resp, p.MaxBytes())
+		err = readBody(ctx, res, resp, p.MaxBytes(), cr.scrubber())
 		res.Duration = time.Since(start)
 		return res, err
 	}
@@ -145,8 +181,14 @@ func (c *Client) Fetch(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Re
 // max_request_bytes (the decision's), to the webhook URL r is
 // (netpolicy.Policy.AuthorizePost made it), at addr, as Fetch sends its
 // first request. Redirects are not followed: the body goes to the matched
-// URL or nowhere; a 3xx is returned as the result.
-func (c *Client) Post(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr, body []byte) (*Result, error) {
+// URL or nowhere; a 3xx is returned as the result. cr adds and scrubs
+// as for FetchWith.
+func (c *Client) PostWith(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr, body []byte, cr *Credentials) (*Result, error) {
+	res, err := c.post(ctx, p, r, addr, body, cr)
+	return cr.scrubResult(res, err)
+}
+
+func (c *Client) post(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Request, addr netip.Addr, body []byte, cr *Credentials) (*Result, error) {
 	if r == nil || r.Target() == nil || r.Method() != http.MethodPost {
 		return nil, denied("post of a request not authorized as one")
 	}
@@ -163,7 +205,11 @@ func (c *Client) Post(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Req
 	pd := newPinnedDialer(c.DialTimeout)
 	tr := c.transport(pd)
 	defer tr.CloseIdleConnections()
-	hdr := http.Header{"Content-Type": {"application/json"}}
+	hdr, err := cr.add(p, t, http.Header{"Content-Type": {"application/json"}})
+	if err != nil {
+		res.Duration = time.Since(start)
+		return res, err
+	}
 	resp, err := c.send(ctx, pd, tr, t, ap, http.MethodPost, hdr, body)
 	res.Addr, res.Hops[0].Addr = ap, ap
 	if err != nil {
@@ -171,7 +217,7 @@ func (c *Client) Post(ctx context.Context, p *netpolicy.Policy, r *netpolicy.Req
 		return res, err
 	}
 	res.Hops[0].Status = resp.StatusCode
-	err = readBody(ctx, res, resp, p.MaxBytes())
+	err = readBody(ctx, res, resp, p.MaxBytes(), cr.scrubber())
 	res.Duration = time.Since(start)
 	return res, err
 }
@@ -247,8 +293,12 @@ func classify(ctx context.Context, err error) error {
 
 // readBody reads at most max+1 bytes, keeps max, and closes the body
 // without draining it: a 1 GiB answer costs max+1 bytes of memory and the
-// connection is dropped.
-func readBody(ctx context.Context, res *Result, resp *http.Response, max int64) error {
+// connection is dropped. With a scrubber, what is read is the body with
+// every credential value replaced, as it streams (credscrub.go).
+func readBody(ctx context.Context, res *Result, resp *http.Response, max int64, s *scrubber) error {
+	if s != nil {
+		resp.Body = s.reader(resp.Body, &res.Redacted)
+	}
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
 	res.ContentType = resp.Header.Get("Content-Type")

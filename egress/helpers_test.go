@@ -184,12 +184,14 @@ type FetchRequest struct {
 	Method  string // GET when empty, as the fetch's args decoder makes it
 	Headers map[string]string
 	Addr    netip.AddrPort
+	Creds   *Credentials // the tool's credential values, if any
 }
 
 type PostRequest struct {
-	URL  string
-	Body []byte
-	Addr netip.AddrPort
+	URL   string
+	Body  []byte
+	Addr  netip.AddrPort
+	Creds *Credentials
 }
 
 // testingClient is a Client whose Fetch and Post take a FetchRequest and
@@ -213,7 +215,7 @@ func (c testingClient) Fetch(ctx context.Context, p *netpolicy.Policy, req Fetch
 	if err != nil {
 		return nil, err
 	}
-	return c.Client.Fetch(ctx, p, r, addr)
+	return c.Client.FetchWith(ctx, p, r, addr, req.Creds)
 }
 
 func (c testingClient) Post(ctx context.Context, p *netpolicy.Policy, req PostRequest) (*Result, error) {
@@ -229,7 +231,7 @@ func (c testingClient) Post(ctx context.Context, p *netpolicy.Policy, req PostRe
 	if err != nil {
 		return nil, err
 	}
-	return c.Client.Post(ctx, p, r, addr, req.Body)
+	return c.Client.PostWith(ctx, p, r, addr, req.Body, req.Creds)
 }
 
 // decide is the daemon's one lookup of t's host and its decision on the

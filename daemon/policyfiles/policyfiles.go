@@ -56,6 +56,9 @@ type policyFile struct {
 	// dirs holds every directory a lookup of the path consulted, and
 	// their ancestors: a root among them could replace the file.
 	dirs map[devIno]bool
+	// secret: a credential's value file (secret.go), which no root may
+	// reach, to read it either.
+	secret bool
 }
 
 // Files are the files a policy load read: the manifest and the seccomp
@@ -82,7 +85,7 @@ func (pf *Files) Read(key, name string) ([]byte, error) {
 	if !filepath.IsAbs(name) {
 		return nil, fmt.Errorf("%s: %q is not absolute", key, name)
 	}
-	f, consulted, err := openWalk(name)
+	f, consulted, err := openWalk(name, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -117,8 +120,10 @@ func (pf *Files) Read(key, name string) ([]byte, error) {
 // openWalk opens the regular file name names, component by component
 // from "/", following symlinks itself (at most maxPolicySymlinks), and
 // returns it with an O_PATH fd of every directory it looked a name up
-// in. The caller closes them.
-func openWalk(name string) (f *os.File, consulted []int, err error) {
+// in. The caller closes them. check, when set, is asked about each
+// component as it is met ("/", every directory, every symlink followed,
+// the file): the walk fails with its error.
+func openWalk(name string, check func(st *unix.Stat_t) error) (f *os.File, consulted []int, err error) {
 	fail := func(err error) (*os.File, []int, error) {
 		for _, d := range consulted {
 			unix.Close(d)
@@ -131,6 +136,15 @@ func openWalk(name string) (f *os.File, consulted []int, err error) {
 		return fail(fmt.Errorf("open /: %w", err))
 	}
 	consulted = append(consulted, dir)
+	if check != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(dir, &st); err != nil {
+			return fail(err)
+		}
+		if err := check(&st); err != nil {
+			return fail(fmt.Errorf("/: %w", err))
+		}
+	}
 	rest := strings.Split(name, "/")
 	links := 0
 	for len(rest) > 0 {
@@ -147,6 +161,12 @@ func openWalk(name string) (f *os.File, consulted []int, err error) {
 		if err := unix.Fstat(fd, &st); err != nil {
 			unix.Close(fd)
 			return fail(err)
+		}
+		if check != nil {
+			if err := check(&st); err != nil {
+				unix.Close(fd)
+				return fail(fmt.Errorf("%s: %w", comp, err))
+			}
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFLNK:
@@ -408,7 +428,7 @@ func (pf *Files) CheckWrites(m *authz.Manifest, roots map[string][]*securefs.Roo
 			return err
 		}
 	}
-	return nil
+	return pf.checkSecretRoots(m, roots)
 }
 
 // CheckRoots refuses roots (key[i] spelled as spelled[i]; nil where a
@@ -440,6 +460,9 @@ func (pf *Files) CheckRoots(key string, spelled []string, roots []*securefs.Root
 func (f *policyFile) what() string {
 	if f.key == "manifest" {
 		return "manifest"
+	}
+	if f.secret {
+		return "credential file of " + strings.TrimSuffix(f.key, ".value_file")
 	}
 	return "seccomp profile of " + strings.TrimSuffix(f.key, ".seccomp")
 }

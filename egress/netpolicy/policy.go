@@ -45,6 +45,10 @@ type Config struct {
 	// MaxBytesOut caps what one proxied connection may send upstream;
 	// 0 means no cap.
 	MaxBytesOut int64
+	// Credentials of a fetch or post: exact host ("name", "name:port" or
+	// an IP literal, as in hosts) -> the header sluiced adds on every
+	// request to it (credentials.go). Never a value.
+	Credentials map[string]string
 }
 
 // Policy is a validated Config, built once when the manifest loads.
@@ -59,6 +63,7 @@ type Policy struct {
 	maxRequestBytes int64
 	timeout         time.Duration
 	maxBytesOut     int64
+	creds           []credRule
 }
 
 // Rule names the entry that allowed a request, for the audit record.
@@ -141,6 +146,9 @@ func NewPolicy(c Config) (*Policy, error) {
 			return nil, fmt.Errorf("allowed_headers[%d]: %q: a framing or hop-by-hop header cannot be allowed", i, h)
 		}
 		p.headers[ch] = true
+	}
+	if err := p.parseCredentials(c.Credentials); err != nil {
+		return nil, err
 	}
 	switch {
 	case p.maxRedirects == 0:

@@ -38,8 +38,10 @@ func (r *Request) Headers() map[string]string { return maps.Clone(r.headers) }
 // AuthorizeFetch authorizes a fetch: t, a URL ParseURL made, against
 // hosts and schemes (Authorize), then its headers (CheckHeaders). method
 // is the effective one, GET or HEAD, as the fetch's args decoded it (the
-// one place its default is applied); any other is ErrInvalidRequest. A
-// refusal names the key that refused it (DeniedError.Key).
+// one place its default is applied); any other is ErrInvalidRequest, and
+// so is a header the tool's credential for t's host carries (sluiced adds
+// it; credentials.go). A refusal names the key that refused it
+// (DeniedError.Key).
 func (p *Policy) AuthorizeFetch(t *Target, method string, headers map[string]string) (*Request, error) {
 	if t == nil || t.URL == nil {
 		return nil, &DeniedError{Detail: "not a URL", Key: "hosts"}
@@ -54,6 +56,9 @@ func (p *Policy) AuthorizeFetch(t *Target, method string, headers map[string]str
 	h, err := p.CheckHeaders(headers)
 	if err != nil {
 		return nil, keyed(err, "allowed_headers")
+	}
+	if err := p.checkCredentialHeader(t, h); err != nil {
+		return nil, err
 	}
 	return &Request{target: t, rule: rule, method: method, headers: h}, nil
 }

@@ -358,6 +358,7 @@ var fences = []fence{
 		"policy.m":      "the manifest",
 		"policy.base":   "the manifest's base fd, beneath which execute resolves its mounts",
 		"policy.exec":   "the execute tools execute's load hook readies",
+		"policy.creds":  "the credential values fetch's and post's load hook reads",
 		"policy.runner": "the sandbox runner execute's containers run in",
 		"policy.roots":  "the root fds a tool's roots were opened as, beneath which mkdir makes each missing parent",
 	},

@@ -264,6 +264,14 @@ func TestCredentialFileRefused(t *testing.T) {
 			`"notes":{"operation":"read","roots":["notes"]},`, "the agent could read the credential"},
 		{"beneath a write root", func() string { return writeSecret(t, filepath.Join(base, "notes"), credValue) },
 			`"put":{"operation":"write","roots":["notes"]},`, "credential file of tools.get.credentials.api.example.com"},
+		// A command's mounts are views a container reads: one that can
+		// reach the file is refused as a root is, whichever tool loads first.
+		{"beneath a command's mount", func() string { return writeSecret(t, filepath.Join(base, "notes"), credValue) },
+			`"run":{"operation":"execute","commands":[["cat","/x"]],"mounts":["notes"],"pool":0},`, "a command could read the credential"},
+		{"a command's mount of its directory's parent", func() string { return writeSecret(t, filepath.Join(base, "notes"), credValue) },
+			`"run":{"operation":"execute","commands":[["cat","/x"]],"mounts":["."],"pool":0},`, "a command could read the credential"},
+		{"a command's file mount of it", func() string { return writeSecret(t, filepath.Join(base, "notes"), credValue) },
+			`"run":{"operation":"execute","commands":[["cat","/x"]],"mounts":["notes/api-token"],"pool":0},`, "a command could read the credential"},
 	} {
 		err := load(c.make(), c.extra)
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "tools.") {

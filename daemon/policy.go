@@ -110,6 +110,16 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		return nil, err
 	}
 	for _, name := range m.ToolNamesAll() {
+		if et := p.exec[name]; et != nil {
+			for i, vm := range et.mounts {
+				if err := files.CheckSecretMount(fmt.Sprintf("tools.%s.mounts[%d] (%s)", name, i, vm.Dest), vm.Source.Root, vm.Source.Name); err != nil {
+					p.close()
+					return nil, err
+				}
+			}
+		}
+	}
+	for _, name := range m.ToolNamesAll() {
 		// A command's changeset writes beneath its writes roots as a
 		// write tool would: the same check.
 		if et := p.exec[name]; et != nil && et.writes != nil {

@@ -57,8 +57,9 @@ type policyFile struct {
 	// their ancestors: a root among them could replace the file.
 	dirs map[devIno]bool
 	// secret: a credential's value file (secret.go), which no root may
-	// reach, to read it either.
+	// reach, to read it either; id is the file's own identity.
 	secret bool
+	id     devIno
 }
 
 // Files are the files a policy load read: the manifest and the seccomp

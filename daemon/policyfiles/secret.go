@@ -62,7 +62,7 @@ func (pf *Files) ReadSecret(key, name string) ([]byte, error) {
 	if err := secretFileOK(&st); err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", key, name, err)
 	}
-	p := &policyFile{key: key, path: name, dirs: map[devIno]bool{}, secret: true}
+	p := &policyFile{key: key, path: name, dirs: map[devIno]bool{}, secret: true, id: devIno{uint64(st.Dev), st.Ino}}
 	if kp, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err == nil {
 		p.path = kp
 	}
@@ -132,6 +132,37 @@ func (pf *Files) checkSecretRoots(m *authz.Manifest, roots map[string][]*securef
 						name, i, m.Tools[name].Roots[i], rp, f.path, f.what())
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// CheckSecretMount refuses a command's mount (key names it) through which
+// a container could read a credential file: a directory mount whose root
+// is the file's directory or one above it, or a file mount (name in the
+// directory dir) that is the file itself. Called once every tool has
+// loaded, so every credential file is known.
+func (pf *Files) CheckSecretMount(key string, dir *securefs.Root, name string) error {
+	id, _, err := statID(int(dir.Fd()))
+	if err != nil {
+		runtime.KeepAlive(dir)
+		return fmt.Errorf("manifest: %s: %w", key, err)
+	}
+	var file devIno
+	if name != "" {
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			file = devIno{uint64(st.Dev), st.Ino}
+		}
+	}
+	runtime.KeepAlive(dir)
+	for _, f := range pf.files {
+		if !f.secret {
+			continue
+		}
+		if (name == "" && f.dirs[id]) || (name != "" && file == f.id) {
+			return fmt.Errorf("manifest: %s can reach %s, the %s: a command could read the credential through it; keep credential files out of every mount (docs/manifest.md, \"credentials\")",
+				key, f.path, f.what())
 		}
 	}
 	return nil

@@ -449,3 +449,19 @@ func (r *execResult) record(rec *audit.Record) {
 }
 
 func (r *execResult) answered() bool { return r.exitCode != nil || r.signal != "" }
+
+// checkExecMounts refuses a command's mount through which a container
+// could read a credential value file (docs/manifest.md, "credentials"):
+// run once every tool has loaded, so every value file is known.
+func checkExecMounts(p *policy, name string, files *policyfiles.Files) error {
+	et := p.exec[name]
+	if et == nil {
+		return nil
+	}
+	for i, vm := range et.mounts {
+		if err := files.CheckSecretMount(fmt.Sprintf("tools.%s.mounts[%d] (%s)", name, i, vm.Dest), vm.Source.Root, vm.Source.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -32,6 +32,10 @@ type opSpec struct {
 	// load, when set, readies a tool of the operation when the manifest
 	// loads (execute: its mounts resolved to fds, its spec and pool).
 	load func(p *policy, name string, t *authz.Tool, files *policyfiles.Files) error
+	// loaded, when set, checks a tool once every tool has loaded, for
+	// what needs the whole policy (execute: no mount reaches a credential
+	// value file another tool read).
+	loaded func(p *policy, name string, files *policyfiles.Files) error
 	// tempName, when set, is the temp name the operation's commit of
 	// call id leaves beside each target it resolved (write): start-up
 	// recovery removes those a crash left (recover.go).
@@ -54,6 +58,7 @@ var operations = map[api.Operation]*opSpec{
 		},
 		prepare: (*call).startCold,
 		load:    loadExec,
+		loaded:  checkExecMounts,
 	},
 	api.OpFetch: {exec: execFetch, load: loadNet},
 	api.OpPost:  {exec: execPost, show: showBodyNow, load: loadNet},

@@ -110,12 +110,10 @@ func loadPolicyWith(manifestPath string, mode securefs.Mode, log *slog.Logger, r
 		return nil, err
 	}
 	for _, name := range m.ToolNamesAll() {
-		if et := p.exec[name]; et != nil {
-			for i, vm := range et.mounts {
-				if err := files.CheckSecretMount(fmt.Sprintf("tools.%s.mounts[%d] (%s)", name, i, vm.Dest), vm.Source.Root, vm.Source.Name); err != nil {
-					p.close()
-					return nil, err
-				}
+		if o := operations[m.Tools[name].Operation]; o != nil && o.loaded != nil {
+			if err := o.loaded(p, name, files); err != nil {
+				p.close()
+				return nil, err
 			}
 		}
 	}

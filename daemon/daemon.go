@@ -111,6 +111,9 @@ type Config struct {
 	// slotQueued, if set, is called each time an execute call joins the
 	// container queue (tests line callers up without sleeping).
 	slotQueued func()
+	// tokenNow, if set, is the delegation tokens' clock (tests expire
+	// tokens without sleeping).
+	tokenNow func() time.Time
 }
 
 // Lifecycle defaults.
@@ -237,6 +240,8 @@ type Daemon struct {
 	stopCalls context.CancelCauseFunc
 	// drops rate limits decision records of unmapped uids (ratelimit.go).
 	drops *admission.DropLimiter
+	// tokens are the delegation tokens minted here (tokens.go).
+	tokens *tokenStore
 }
 
 // openLedger opens the audit ledger; tests wrap it to inject faults.
@@ -264,6 +269,7 @@ func Run(ctx context.Context, cfg Config) error {
 	d.approvals = newApprovals(cfg.MaxParked)
 	d.caches = newCacheSet()
 	d.events = transport.NewHub()
+	d.tokens = newTokenStore(cfg.tokenNow)
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}

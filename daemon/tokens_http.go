@@ -177,7 +177,11 @@ func (p *policy) checkTokenRequest(minter string, req *api.TokenRequest) (*grant
 				found = true
 				if rt := p.roots[tn]; m.Index < len(rt) && rt[m.Index] != nil {
 					if sub, err := rt[m.Index].OpenRootBeneath(m.Rel); err == nil {
+						rel, err := rt[m.Index].RelOf(sub)
 						sub.Close()
+						if err == nil && rel != path.Clean(m.Rel) {
+							return beyond("roots[%d]: %q is %q beneath %q as the kernel names it (a symlink on the way): give a token root as the kernel names it", i, r, rel, m.Root)
+						}
 						dir = true
 					}
 				}

@@ -99,7 +99,7 @@ func (d *Daemon) handleTokenCreate(w http.ResponseWriter, r *http.Request, peer 
 	}
 	tok, err := d.tokens.mint(g, ttl)
 	if errors.Is(err, errTooManyTokens) {
-		writeError(w, http.StatusTooManyRequests, "limit_exceeded",
+		writeError(w, http.StatusTooManyRequests, "too_many_tokens",
 			fmt.Sprintf("principal %q holds %d live tokens, the most it may; revoke some (sluice token revoke ID) or let them expire", minter, maxTokensPerMinter))
 		return
 	}

@@ -295,6 +295,9 @@ func TestEncodeMatchesEncodingJSON(t *testing.T) {
 			PolicyVersion: s, Prev: s, Principal: &Principal{Cgroup: []string{"", s}[i%2], GID: 4294967295, Name: s, PID: -1, UID: 7}, Reason: api.Reason(s),
 			Resolved: json.RawMessage(`[{"root":0}]`), Resource: s, Rule: s, Seq: uint64(i) << 40, Task: s, Time: s, Tool: s, Verdict: api.Verdict(s),
 			Result: &Result{Bytes: -5, DurationMS: []float64{0, 0.217, 1e-7, 123456.789, 3e21}[i%5], ExitCode: &code, OK: i%2 == 0, SHA256: []string{"", "sha256:ab<&>"}[i%2], Signal: []string{"", s}[i%2], Size: int64(i % 3), Truncated: true, Durable: []*bool{nil, new(bool)}[i%2]}, ApprovalID: []string{"", "a-1"}[i%2]}
+		if i%3 != 0 {
+			rec.Token = &TokenRef{ID: "t-" + s, Minter: s, Subject: []string{"", s}[i%2]}
+		}
 		if i%3 == 0 {
 			rec.Principal, rec.Result, rec.Args = nil, nil, nil
 		}

@@ -118,6 +118,18 @@ func appendRecord(b []byte, rec *Record) []byte {
 	b = strconv.AppendUint(b, rec.Seq, 10)
 	str("task", rec.Task, true)
 	str("time", rec.Time, false)
+	if t := rec.Token; t != nil {
+		key("token")
+		b = append(b, `{"id":`...)
+		b = jsonenc.AppendString(b, t.ID)
+		b = append(b, `,"minter":`...)
+		b = jsonenc.AppendString(b, t.Minter)
+		if t.Subject != "" {
+			b = append(b, `,"subject":`...)
+			b = jsonenc.AppendString(b, t.Subject)
+		}
+		b = append(b, '}')
+	}
 	str("tool", rec.Tool, true)
 	str("verdict", string(rec.Verdict), true)
 	return b

@@ -61,6 +61,7 @@ type Record struct {
 	Seq           uint64          `json:"seq"`
 	Task          string          `json:"task,omitempty"`
 	Time          string          `json:"time"`
+	Token         *TokenRef       `json:"token,omitempty"`
 	Tool          string          `json:"tool,omitempty"`
 	Verdict       api.Verdict     `json:"verdict,omitempty"`
 	Hash          string          `json:"hash"`
@@ -75,6 +76,16 @@ type Principal struct {
 	Name   string `json:"name"`
 	PID    int32  `json:"pid"`
 	UID    uint32 `json:"uid"`
+}
+
+// TokenRef names the delegation token a call presented (docs/tokens.md):
+// its id, the subject it was minted for and the principal that minted it,
+// whose rights (narrowed by the token) decided the call. The token itself
+// is never recorded.
+type TokenRef struct {
+	ID      string `json:"id"`
+	Minter  string `json:"minter"`
+	Subject string `json:"subject,omitempty"`
 }
 
 // Egress is what a fetch, a post or a command's proxied connection did on

@@ -27,6 +27,10 @@ type Client struct {
 
 	mu   sync.Mutex
 	idle []*directConn // StreamDirect's idle connections
+
+	// token, when set (SetToken), is sent as "Authorization: Bearer" on
+	// every request.
+	token string
 }
 
 // SocketFromEnv returns $SLUICE_SOCKET, else the default socket.
@@ -98,6 +102,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (*http.R
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("connect to sluiced at %s: %w", c.Socket, err)
@@ -145,6 +150,7 @@ func (c *Client) CallRaw(ctx context.Context, body []byte) (int, []byte, error) 
 	if err != nil {
 		return 0, nil, err
 	}
+	c.authorize(req)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, err

@@ -32,7 +32,11 @@ func (c *Client) StreamDirect(ctx context.Context, req api.CallRequest, fn func(
 		return nil, err
 	}
 	msg := make([]byte, 0, len(body)+128)
-	msg = append(msg, "POST /v1/calls HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\nContent-Length: "...)
+	msg = append(msg, "POST /v1/calls HTTP/1.1\r\nHost: sluice\r\n"...)
+	if c.token != "" {
+		msg = append(msg, "Authorization: Bearer "+c.token+"\r\n"...)
+	}
+	msg = append(msg, "Content-Type: application/json\r\nContent-Length: "...)
 	msg = strconv.AppendInt(msg, int64(len(body)), 10)
 	msg = append(msg, "\r\n\r\n"...)
 	msg = append(msg, body...)

@@ -258,9 +258,10 @@ func (c *call) awaitApproval(em emitter) bool {
 	c.decoded = dc
 	c.approvalNote = v.note // the agent is told it (api.CallResult.ApprovalNote)
 	c.areq.Approved = true
-	c.areq.Principal, _ = c.p.m.Identify(callerOf(c.peer))
+	c.identify()
 	c.resolve()
 	c.dec = authz.Decide(c.p.m, &c.areq)
+	c.narrow()
 	c.checkTask()
 	return true
 }
@@ -332,7 +333,7 @@ func (c *call) finishDecided(em emitter) {
 // auditApprovalEnd records how a wait ended without an approver.
 func (c *call) auditApprovalEnd(id string, reason api.Reason, detail string) {
 	seq, err := c.d.ledger.Append(&audit.Record{Kind: audit.KindApproval, ApprovalID: id, CallID: c.id,
-		Principal: c.principalRecord(), Task: c.req.Task, Tool: c.req.Tool, Verdict: api.VerdictDeny,
+		Principal: c.principalRecord(), Token: c.tokenRef(), Task: c.req.Task, Tool: c.req.Tool, Verdict: api.VerdictDeny,
 		Reason: reason, Detail: detail, PolicyVersion: c.p.m.Version})
 	if err == nil {
 		err = c.d.ledger.Sync(seq)

@@ -111,6 +111,9 @@ type Config struct {
 	// slotQueued, if set, is called each time an execute call joins the
 	// container queue (tests line callers up without sleeping).
 	slotQueued func()
+	// tokenNow, if set, is the delegation tokens' clock (tests expire
+	// tokens without sleeping).
+	tokenNow func() time.Time
 }
 
 // Lifecycle defaults.
@@ -239,6 +242,8 @@ type Daemon struct {
 	drops *admission.DropLimiter
 	// budgets are the principals' rates and denial budgets (budget.go).
 	budgets *admission.Limiter
+	// tokens are the delegation tokens minted here (tokens.go).
+	tokens *tokenStore
 }
 
 // openLedger opens the audit ledger; tests wrap it to inject faults.
@@ -266,6 +271,7 @@ func Run(ctx context.Context, cfg Config) error {
 	d.approvals = newApprovals(cfg.MaxParked)
 	d.caches = newCacheSet()
 	d.events = transport.NewHub()
+	d.tokens = newTokenStore(cfg.tokenNow)
 	if cfg.Manifest == "" {
 		return errors.New("no manifest: pass --manifest FILE")
 	}

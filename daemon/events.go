@@ -25,8 +25,11 @@ import (
 // (TestEventsRefuseStrangers).
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, peer Peer) {
 	p := d.acquire()
-	_, known := p.m.Identify(callerOf(peer))
+	known, answered := d.eventsToken(w, r, peer, p.m)
 	p.release()
+	if answered {
+		return
+	}
 	if !known {
 		writeError(w, http.StatusForbidden, api.ErrForbidden, fmt.Sprintf("uid %d is not a principal of the manifest: it may not follow events", peer.UID))
 		return

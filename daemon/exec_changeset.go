@@ -699,7 +699,7 @@ func readLayerFile(ch *change) ([]byte, error) {
 
 // auditChangeset appends the changeset's record and makes it durable.
 func (c *call) auditChangeset(run *csRun, v api.Verdict, reason api.Reason, approvalID string) error {
-	rec := &audit.Record{Kind: audit.KindChangeset, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
+	rec := &audit.Record{Kind: audit.KindChangeset, CallID: c.id, Principal: c.principalRecord(), Token: c.tokenRef(), Task: c.req.Task,
 		Tool: c.req.Tool, Operation: api.OpExecute, Verdict: v, Reason: reason, Rule: run.ws.key,
 		PolicyVersion: c.p.m.Version, ApprovalID: approvalID, Changes: run.wireChanges()}
 	seq, err := c.d.ledger.Append(rec)

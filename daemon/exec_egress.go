@@ -239,7 +239,7 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 		}
 		if sum := budget.summary(); sum != "" {
 			// One record says what the budget left unrecorded.
-			rec := &audit.Record{Kind: audit.KindDropped, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
+			rec := &audit.Record{Kind: audit.KindDropped, CallID: c.id, Principal: c.principalRecord(), Token: c.tokenRef(), Task: c.req.Task,
 				Tool: c.req.Tool, Operation: api.OpExecute, Reason: api.ReasonLimitExceeded, PolicyVersion: c.p.m.Version,
 				Detail: sum, Egress: &audit.Egress{BytesIn: budget.bytesIn, BytesOut: budget.bytesOut}}
 			if err := c.appendConn(rec); err != nil {
@@ -255,7 +255,7 @@ func (c *call) serveEgress(et *execTool, box *sandbox.Box) (stop func() bool) {
 // query by digest): a record is at most a few KiB whatever was sent.
 func (c *call) connRecord(r egress.ConnRecord) *audit.Record {
 	rec := &audit.Record{
-		Kind: audit.KindConnection, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
+		Kind: audit.KindConnection, CallID: c.id, Principal: c.principalRecord(), Token: c.tokenRef(), Task: c.req.Task,
 		Tool: c.req.Tool, Operation: api.OpExecute, Verdict: api.Verdict(r.Verdict), Reason: r.Reason,
 		PolicyVersion: c.p.m.Version, Detail: redact.String(r.Detail, maxConnDetail),
 		Egress: &audit.Egress{Method: redact.String(r.Method, maxConnMethod), Target: redact.String(r.Target, maxConnTarget),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -43,6 +44,9 @@ func (d *Daemon) routes() http.Handler {
 			writeError(w, http.StatusForbidden, api.ErrForbidden, "peer credentials unavailable")
 			return
 		}
+		if refuseMisplacedToken(w, r) {
+			return
+		}
 		rt, ok := table[r.URL.Path]
 		if !ok {
 			rt, ok = d.paramRoute(r)
@@ -66,6 +70,9 @@ func (d *Daemon) routes() http.Handler {
 // from the escaped path, so a task id may hold any character but a
 // control one.
 func (d *Daemon) paramRoute(r *http.Request) (route, bool) {
+	if rt, ok := d.tokenRoute(r); ok {
+		return rt, true
+	}
 	p := r.URL.EscapedPath()
 	if rest, ok := strings.CutPrefix(p, "/v1/approvals/"); ok && rest != "" && !strings.Contains(rest, "/") {
 		id, err := url.PathUnescape(rest)
@@ -172,9 +179,15 @@ func (d *Daemon) handleHealth(w http.ResponseWriter, r *http.Request, _ Peer) {
 func (d *Daemon) handleTools(w http.ResponseWriter, r *http.Request, peer Peer) {
 	p := d.acquire()
 	defer p.release()
-	name, _ := p.m.Identify(callerOf(peer))
+	name, only, ok := d.toolsToken(w, r, peer, p.m)
+	if !ok {
+		return
+	}
 	out := api.Tools{Tools: []api.Tool{}}
 	for _, tn := range p.m.ToolNames(name) {
+		if only != nil && !slices.Contains(only, tn) {
+			continue // a token's tools only
+		}
 		t := p.m.Tools[tn]
 		out.Tools = append(out.Tools, api.Tool{
 			Name: tn, Operation: t.Operation, Description: describe(tn, t), ArgsSchema: argsSchema(t),

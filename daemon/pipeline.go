@@ -38,6 +38,9 @@ type call struct {
 	// approvalID is set once the call waited for a human; its decision
 	// records carry it.
 	approvalID string
+	// tok is the delegation token the call presented (tokens.go), nil for
+	// none; tokenID() is its id, what per-token limits key on.
+	tok *tokenUse
 
 	// answered is set just before the result is sent: from then on the
 	// call has ended for a cancel by id (404), though its handler has
@@ -127,7 +130,9 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 		writeError(w, http.StatusBadRequest, api.ErrBadRequest, err.Error())
 		return
 	}
-	c := d.calls.begin(d, p, peer, dc, start)
+	tu := d.useToken(r.Header.Get("Authorization"), peer)
+	tu.pinTask(dc)
+	c := d.calls.begin(d, p, peer, dc, start, tu)
 	defer func() {
 		c.releaseHeld() // on every path; after a reply it is done already
 		// What prepare began for a call that ended before it ran.
@@ -163,13 +168,14 @@ func (d *Daemon) handleCall(w http.ResponseWriter, r *http.Request, peer Peer) {
 // durable, except the output events of a streamed command, which follow
 // its durable decision.
 func (c *call) pipeline(em emitter) {
-	c.areq.Principal, _ = c.p.m.Identify(callerOf(c.peer))
+	c.identify()
 	if c.limited() { // rate and denial budget, before anything resolves (budget.go)
 		c.finishLimited(em)
 		return
 	}
 	c.resolve()
 	c.dec = authz.Decide(c.p.m, &c.areq)
+	c.narrow()
 	c.d.m.decided(c)
 	c.checkTask()
 	if c.dec.Pending() && !c.awaitApproval(em) {
@@ -395,7 +401,7 @@ type opResult interface {
 }
 
 func (c *call) principalRecord() *audit.Principal {
-	return &audit.Principal{Name: c.areq.Principal, UID: c.peer.UID, GID: c.peer.GID, PID: c.peer.PID, Cgroup: c.peer.Cgroup}
+	return &audit.Principal{Name: c.recordName(), UID: c.peer.UID, GID: c.peer.GID, PID: c.peer.PID, Cgroup: c.peer.Cgroup}
 }
 
 // auditDecision appends the decision record (not yet synced). A call whose
@@ -407,7 +413,7 @@ func (c *call) auditDecision() (uint64, error) {
 	rec := &audit.Record{
 		Kind: audit.KindDecision, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
 		Tool: c.req.Tool, Args: c.argsRecord, Verdict: c.dec.WireVerdict(), Reason: c.dec.Reason,
-		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version, ApprovalID: c.approvalID,
+		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version, ApprovalID: c.approvalID, Token: c.tokenRef(),
 	}
 	if c.tool != nil {
 		rec.Operation = c.tool.Operation
@@ -448,6 +454,7 @@ func (c *call) auditResult(o *outcome) (uint64, error) {
 		Kind: audit.KindResult, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
 		Tool: c.req.Tool, Verdict: c.dec.WireVerdict(), Reason: o.reason, PolicyVersion: c.p.m.Version,
 		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated, DurationMS: c.elapsedMS()},
+		Token:  c.tokenRef(),
 	}
 	if o.result != nil {
 		o.result.record(rec)

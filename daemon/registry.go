@@ -58,15 +58,15 @@ func newRegistry(base context.Context, ttl time.Duration) *registry {
 }
 
 // begin registers a new call and gives it its context and id.
-func (g *registry) begin(d *Daemon, p *policy, peer Peer, dc *decoded, start time.Time) *call {
+func (g *registry) begin(d *Daemon, p *policy, peer Peer, dc *decoded, start time.Time, tu *tokenUse) *call {
 	ctx, stop := context.WithCancelCause(g.base)
-	c := &call{decoded: dc, d: d, p: p, ctx: ctx, stop: stop, peer: peer, start: start, id: newCallID()}
+	c := &call{decoded: dc, d: d, p: p, ctx: ctx, stop: stop, peer: peer, start: start, id: newCallID(), tok: tu}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.calls[c.id] = c
 	g.tools[c.id] = dc.req.Tool
 	g.n++
-	c.owner, _ = p.m.Identify(callerOf(peer))
+	c.owner = c.ownerName(p.m) // a token's minter
 	if t := dc.req.Task; t != "" {
 		c.task = taskKey{c.owner, t}
 		ts := g.task(c.task)

@@ -18,7 +18,7 @@ import (
 // under, a URL by one lookup of its host.
 func (c *call) resolve() {
 	if c.tool == nil || c.op == nil || len(c.op.Targets) == 0 || c.areq.ArgsError != "" ||
-		!c.p.m.MayCall(c.areq.Principal, c.req.Tool) {
+		!c.p.m.MayCall(c.areq.Principal, c.req.Tool) || c.tokenRefuses() {
 		return
 	}
 	c.areq.Resolved = make([][]authz.Resource, len(c.op.Targets))
@@ -36,7 +36,7 @@ func (c *call) resolve() {
 			c.areq.Resolved[i] = c.resolveNet()
 			continue
 		}
-		c.areq.Resolved[i] = c.resolvePath(c.target(i), tg.Resolve, *v)
+		c.areq.Resolved[i] = c.resolvePathNarrowed(c.target(i), tg.Resolve, *v)
 	}
 }
 

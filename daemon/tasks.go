@@ -55,7 +55,8 @@ func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer P
 		return
 	}
 	n, gen := d.calls.cancelTask(keys)
-	d.log.Info("task cancelled", "task", task, "of", owners, "by", name, "calls_ended", n, "generation", gen)
+	revoked := d.tokens.revokeTasks(keys) // the task's delegation tokens end with it
+	d.log.Info("task cancelled", "task", task, "of", owners, "by", name, "calls_ended", n, "generation", gen, "tokens_revoked", revoked)
 	writeJSON(w, http.StatusOK, api.TaskCancel{Task: task, Generation: gen, Ended: n})
 }
 
@@ -68,6 +69,9 @@ func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer P
 // seen in logs or guessed). The result record, written by the call as it
 // ends, says cancelled and by whom.
 func (d *Daemon) handleCallCancel(w http.ResponseWriter, r *http.Request, peer Peer, id string) {
+	if d.cancelWithToken(w, r, peer, id) {
+		return
+	}
 	p := d.acquire()
 	name, _ := p.m.Identify(callerOf(peer))
 	approver := p.m.IsApprover(name, peer.UID)

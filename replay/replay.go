@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strings"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
@@ -60,6 +61,7 @@ func (r *Report) Summary() string {
 var runtimeReasons = map[api.Reason]bool{
 	api.ReasonApprovalDenied: true, api.ReasonApprovalExpired: true, api.ReasonTaskCancelled: true,
 	api.ReasonAuditUnavailable: true, api.ReasonBusy: true, api.ReasonNoSpace: true,
+	api.ReasonTokenInvalid: true, // the token's state then (docs/tokens.md)
 }
 
 // Run reads a ledger (checking its chain; a break is an *audit.VerifyError)
@@ -110,7 +112,11 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 		d := authz.Decide(m, req)
 		oldV, oldR := rec.Verdict, rec.Reason
 		newV, newR := d.WireVerdict(), d.Reason
-		if runtimeReasons[oldR] && (d.Allowed() || d.Pending()) {
+		// A call made with a delegation token is decided as its minter
+		// (request); what the token itself refused (rule "token…":
+		// its tools, its task) is not in the manifest and stands.
+		tokenRule := rec.Token != nil && strings.HasPrefix(rec.Rule, "token")
+		if (runtimeReasons[oldR] || tokenRule) && (d.Allowed() || d.Pending()) {
 			newV, newR = oldV, oldR // a person or the daemon's state decided this one
 		}
 		if newV == oldV && newR == oldR {
@@ -163,6 +169,9 @@ func request(m *authz.Manifest, rec *audit.Record) (*authz.Request, string, bool
 	req := &r
 	if p := rec.Principal; p != nil {
 		req.Principal, _ = m.Identify(authz.Caller{UID: p.UID, GID: p.GID, Cgroup: p.Cgroup})
+	}
+	if rec.Token != nil {
+		req.Principal = rec.Token.Minter // the token's rights are its minter's, narrowed
 	}
 	// The daemon records an args error in detail whenever there was one.
 	req.ArgsError = rec.Detail

@@ -314,6 +314,7 @@ var pipelineOffers = map[string]string{
 	"call.endReason":           "why the call's context ended",
 	"call.waitSlot":            "a container slot (admission)",
 	"call.principalRecord":     "the ledger record's principal fields",
+	"call.tokenRef":            "the ledger record's token (docs/tokens.md)",
 	"registry.current":         "the task's generation, checked at commit",
 	"errCallCancelled":         "the typed error a cancelled commit returns",
 	"errHardLinked":            "the typed error for a hard-linked file",

@@ -30,7 +30,7 @@ Usage:
   sluice [--socket PATH] COMMAND [ARGS]
 
 Commands:
-  call TOOL [--args JSON] [--task ID] [--stream] [--json]
+  call TOOL [--args JSON] [--task ID] [--stream] [--json] [--token-file FILE]
                       Ask sluiced to run TOOL with JSON args, e.g.
                         sluice call read_file --args '{"path":"workspace/src/main.py"}'
                       Prints the output; a denial prints its reason on stderr.
@@ -58,7 +58,12 @@ Commands:
   replay --manifest NEW [--json] FILE
                       Re-decide every recorded decision under NEW (no filesystem
                       access) and list what would change. Exit 1 on a broken chain.
-  mcp [--task ID]     Serve sluiced's tools to an MCP client (Claude Code, Codex,
+  token create --tools A,B [--roots …] [--task T] [--ttl 30m] [--peer-uid N] [--subject NAME]
+  token list, token revoke ID
+                      Delegation tokens: hand a sub-agent less than yourself
+                      (sluice call/mcp --token-file FILE present one).
+  mcp [--task ID] [--token-file FILE]
+                      Serve sluiced's tools to an MCP client (Claude Code, Codex,
                       VS Code, Cursor, Gemini CLI, ...) over stdio:
                         {"command": "sluice", "args": ["mcp"]}
   init [DIR] [--format toml|json] [--output FILE] [--force] [--socket-group G]...
@@ -141,6 +146,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return e.replay(rest[1:])
 	case "mcp":
 		return e.mcp(rest[1:])
+	case "token":
+		return e.token(rest[1:])
 	case "init":
 		return e.initProject(rest[1:])
 	case "client":
@@ -201,7 +208,7 @@ func (e *env) parse(fs *flag.FlagSet, args []string, help string) ([]string, int
 	}
 }
 
-const callHelp = `Usage: sluice call TOOL [--args JSON] [--task ID] [--stream] [--json]
+const callHelp = `Usage: sluice call TOOL [--args JSON] [--task ID] [--stream] [--json] [--token-file FILE]
 
 Ask sluiced to run TOOL. The daemon decides from its manifest and your
 peer credentials; the request cannot name who you are.
@@ -211,6 +218,9 @@ peer credentials; the request cannot name who you are.
   --stream      print output as it arrives (NDJSON events from the daemon); a call
                 that needs approval prints its approval id on stderr at once
   --json        print the whole result as JSON instead of the output
+  --token-file FILE
+                present the delegation token in FILE (not readable by others):
+                the call has the token's rights, never your own
 
 Exit: 0 allowed and ok, 3 denied, 1 allowed but failed, 2 usage or transport.
 `
@@ -221,6 +231,7 @@ func (e *env) call(args []string) int {
 	task := fs.String("task", "", "")
 	stream := fs.Bool("stream", false, "")
 	asJSON := fs.Bool("json", false, "")
+	tokenFile := fs.String("token-file", "", "")
 	pos, code, ok := e.parse(fs, args, callHelp)
 	if !ok {
 		return code
@@ -233,7 +244,10 @@ func (e *env) call(args []string) int {
 		fmt.Fprintf(e.stderr, "sluice call: --args is not valid JSON: %s\n", *argsJSON)
 		return ExitUsage
 	}
-	c := e.client()
+	c, ok := e.tokenClient("call", *tokenFile)
+	if !ok {
+		return ExitUsage
+	}
 	defer c.Close()
 	req := api.CallRequest{Tool: pos[0], Args: json.RawMessage(*argsJSON), Task: *task}
 	// What the call returns is the agent's world (a file, a command's

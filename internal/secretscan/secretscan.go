@@ -128,6 +128,13 @@ func New(builtin bool, patterns []Pattern) (*Scanner, error) {
 	return s, nil
 }
 
+// CheckPattern says what is wrong with p, or nil: what New would say of
+// it, unnumbered.
+func CheckPattern(p Pattern) error {
+	_, err := compilePattern(p)
+	return err
+}
+
 // Empty says the scanner has no detector: redacting with it is the
 // identity.
 func (s *Scanner) Empty() bool { return s == nil || len(s.dets) == 0 }

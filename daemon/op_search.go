@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/secretscan"
 	"github.com/sluicehq/sluice/internal/walk"
 )
 
@@ -44,6 +45,9 @@ func execSearch(c *call, _ func(string, []byte)) *outcome {
 	}
 	defer done()
 	s := searchResults{max: sa.MaxResults, budget: c.tool.EffectiveMaxBytes() - searchDocBytes}
+	if sc := c.tool.Redactor(); sc != nil {
+		s.red = &searchRedaction{s: sc, counts: secretscan.Counts{}}
+	}
 	if h.Kind == api.KindDir {
 		err = searchDir(c, sa, r, &s)
 	} else {
@@ -59,7 +63,11 @@ func execSearch(c *call, _ func(string, []byte)) *outcome {
 	if err != nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
-	return &outcome{ok: true, reason: api.ReasonAllowed, output: out, truncated: s.truncated}
+	o := &outcome{ok: true, reason: api.ReasonAllowed, output: out, truncated: s.truncated}
+	if s.red != nil {
+		o.redacted = s.red.counts // redacted here: redactOutcome leaves it
+	}
+	return o
 }
 
 // searchResults collects matches within max_results and max_bytes.
@@ -68,10 +76,12 @@ type searchResults struct {
 	max       int
 	budget    int64
 	truncated bool
+	red       *searchRedaction // nil: the tool redacts nothing
 }
 
 // add appends m; false when the results are full (truncated).
 func (s *searchResults) add(m api.SearchMatch) bool {
+	m.Path, m.Text = s.red.text(m.Path), s.red.text(m.Text)
 	b, _ := json.Marshal(&m)
 	if len(s.matches) >= s.max || s.budget < int64(len(b))+1 {
 		s.truncated = true
@@ -93,6 +103,9 @@ func searchDir(c *call, sa *authz.SearchArgs, r *authz.Resource, s *searchResult
 		q.Name = sa.MatchBase
 	}
 	o := walk.Options{Skip: skip, RefuseHardLinks: c.tool.RefusesHardLinks(), MaxResults: s.max, MaxBytes: s.budget}
+	if s.red != nil {
+		o.Content = s.red.content
+	}
 	if sa.PathGlob() {
 		// The walk filters by base name; whole paths are matched here,
 		// so the walk's own caps must leave room for what this drops.
@@ -150,6 +163,9 @@ func searchFile(c *call, sa *authz.SearchArgs, name string, s *searchResults) er
 	}
 	if bytes.IndexByte(data[:min(len(data), 8<<10)], 0) >= 0 {
 		return nil
+	}
+	if s.red != nil {
+		data = s.red.content(data)
 	}
 	if pre := sa.Prefilter(); pre != nil && !pre.Match(data) {
 		return nil

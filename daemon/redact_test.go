@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/internal/escapetest"
@@ -149,4 +151,33 @@ func tail(s *string) string {
 		return "<nil>"
 	}
 	return (*s)[max(0, len(*s)-60):]
+}
+
+// BenchmarkReadRedact is read_file of a 4 KiB text file over the socket
+// with and without the built-in detectors (docs/performance.md,
+// "Redaction"); it reports the p50 of the calls.
+func BenchmarkReadRedact(b *testing.B) {
+	fx := escapetest.Build(b)
+	line := "2024-05-01T12:00:00Z INFO served GET /api/v1/items?page=3 in 4.2ms status=200 bytes=5123\n"
+	testutil.Must(b, os.WriteFile(filepath.Join(fx.Base, "workspace/src/log.txt"), []byte(strings.Repeat(line, 4096/len(line)+1)[:4096]), 0o644))
+	m := writeManifest(b, fx.Base, `{"schema_version":1,"tools":{
+		"plain":{"operation":"read","roots":["workspace/src"]},
+		"redacted":{"operation":"read","roots":["workspace/src"],"redact":{}}}}`)
+	h := startB(b, m)
+	for _, tool := range []string{"plain", "redacted"} {
+		b.Run(tool, func(b *testing.B) {
+			req := api.CallRequest{Tool: tool, Args: json.RawMessage(`{"path":"workspace/src/log.txt"}`)}
+			var lat []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				res, err := h.Call(context.Background(), req)
+				lat = append(lat, time.Since(t0))
+				if err != nil || !res.OK || res.Bytes != 4096 {
+					b.Fatal(err, res)
+				}
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		})
+	}
 }

@@ -179,3 +179,26 @@ func trimToRune(b []byte) []byte {
 	}
 	return b
 }
+
+// recut cuts a read's redacted output to max bytes at a line end (a
+// tail keeps its last lines), and moves next_offset to the first line
+// it no longer holds. A first line longer than max alone is cut inside,
+// and skipped, as fileop.ReadRange does.
+func (r *readResult) recut(out []byte, max int64) []byte {
+	if r.tail {
+		i := bytes.IndexByte(out[int64(len(out))-max:], '\n')
+		if i < 0 {
+			return nil
+		}
+		return out[int64(len(out))-max+int64(i)+1:]
+	}
+	kept := out[:max]
+	lines := int64(bytes.Count(kept, []byte{'\n'}))
+	if i := bytes.LastIndexByte(kept, '\n'); i >= 0 {
+		kept = kept[:i+1]
+	} else {
+		kept, lines = trimToRune(kept), 1
+	}
+	r.nextOffset = r.firstLine + lines
+	return kept
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"path"
 	"regexp"
+	"sync"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
@@ -195,4 +196,31 @@ func matchLines(data []byte, re *regexp.Regexp, fn func(int, []byte) bool) {
 			return
 		}
 	}
+}
+
+// searchRedaction is what a search with a redactor matches and returns:
+// each file's content redacted before its lines are matched (line breaks
+// kept, so numbers stay the file's), and each match's path and text.
+type searchRedaction struct {
+	s      *secretscan.Scanner
+	mu     sync.Mutex
+	counts secretscan.Counts
+}
+
+func (r *searchRedaction) content(data []byte) []byte {
+	out, n := r.s.Redact(data)
+	if n.Total() == 0 {
+		return data
+	}
+	r.mu.Lock()
+	r.counts.Add(n)
+	r.mu.Unlock()
+	return out
+}
+
+func (r *searchRedaction) text(s string) string {
+	if r == nil {
+		return s
+	}
+	return string(r.content([]byte(s)))
 }

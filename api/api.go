@@ -313,6 +313,10 @@ type CallResult struct {
 	// ApprovalNote is the note the approver gave deciding this call
 	// (sluice approve|deny ID --note TEXT), approved or denied.
 	ApprovalNote string `json:"approval_note,omitempty"`
+	// Redacted counts the secrets replaced by "[REDACTED:kind]" in what
+	// the call returned (the tool's redact key; docs/security.md,
+	// "Redaction").
+	Redacted int `json:"redacted,omitempty"`
 }
 
 // CacheCleared answers POST /v1/caches/{tool}/clear: how many caches

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"encoding/json"
+	"sort"
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/jsonenc"
@@ -97,6 +98,9 @@ func appendRecord(b []byte, rec *Record) []byte {
 		}
 		b = append(b, `,"ok":`...)
 		b = strconv.AppendBool(b, r.OK)
+		if len(r.Redacted) > 0 {
+			b = appendCounts(append(b, `,"redacted":`...), r.Redacted)
+		}
 		if r.SHA256 != "" {
 			b = append(b, `,"sha256":`...)
 			b = jsonenc.AppendString(b, r.SHA256)
@@ -133,4 +137,23 @@ func appendRecord(b []byte, rec *Record) []byte {
 	str("tool", rec.Tool, true)
 	str("verdict", string(rec.Verdict), true)
 	return b
+}
+
+// appendCounts writes counts as encoding/json does: keys sorted.
+func appendCounts(b []byte, counts map[string]int) []byte {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonenc.AppendString(b, k)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(counts[k]), 10)
+	}
+	return append(b, '}')
 }

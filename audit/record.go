@@ -126,6 +126,9 @@ type Result struct {
 	DurationMS float64 `json:"duration_ms"`
 	ExitCode   *int    `json:"exit_code,omitempty"`
 	OK         bool    `json:"ok"`
+	// Redacted counts the secrets replaced in what the call returned, by
+	// kind (docs/audit.md): kinds and counts, never a value.
+	Redacted map[string]int `json:"redacted,omitempty"`
 	// SHA256 and Size describe the file a write left or a delete removed.
 	SHA256 string `json:"sha256,omitempty"`
 	// Signal names what killed a command from outside sluice.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/egress/netpolicy"
+	"github.com/sluicehq/sluice/internal/secretscan"
 	"github.com/sluicehq/sluice/internal/strictjson"
 )
 
@@ -54,6 +55,8 @@ type Manifest struct {
 	DenyDetail    string                `json:"deny_detail,omitempty" toml:"deny_detail"`
 	Principals    map[string]*Principal `json:"principals,omitempty" toml:"principals"`
 	Tools         map[string]*Tool      `json:"tools" toml:"tools"`
+	// Redact is redaction for every tool (redact.go); absent: none.
+	Redact *Redact `json:"redact,omitempty" toml:"redact"`
 
 	// BaseDir is Base made absolute against the manifest's directory.
 	BaseDir string `json:"-" toml:"-"`
@@ -145,9 +148,14 @@ type Tool struct {
 	// EffectiveCacheMB), never part of a changeset.
 	Cache   []string `json:"cache,omitempty" toml:"cache"`
 	CacheMB int64    `json:"cache_mb,omitempty" toml:"cache_mb"`
+	// Redact is this tool's redaction, over the manifest's (redact.go).
+	Redact *Redact `json:"redact,omitempty" toml:"redact"`
 
 	idx *toolIndex // built by Parse; see index.go
-	wt  *Tool      // WritesTool, built by Parse
+	// scan is the tool's compiled redaction (nil: none), built by
+	// validateRedact.
+	scan *secretscan.Scanner
+	wt   *Tool // WritesTool, built by Parse
 	// net is a fetch or post tool's network policy, built by its
 	// validator (netpolicy.NewPolicy), so a bad entry is a manifest error.
 	net *netpolicy.Policy
@@ -402,6 +410,7 @@ var validators = []func(*Manifest) error{
 	validatePrincipals,
 	validateBudgets,
 	validateTools,
+	validateRedact,
 }
 
 func validateTop(m *Manifest) error {

@@ -291,6 +291,8 @@ var keyWords = map[string]string{
 	"not_match":           `a list of argv lists, e.g. [["python", "-c", "x"]]`,
 	"writes":              `an object (a table) such as {"roots": ["workspace"], "commit": "approval"}`,
 	"egress":              `an object (a table) such as {"hosts": ["pypi.org"]}`,
+	"redact":              `an object (a table) such as {"builtin": true, "patterns": [{"name": "ticket", "regex": "TCK-[0-9]{6}"}]}`,
+	"patterns":            `a list of {"name", "regex"} objects (tables)`,
 }
 
 // expectedWords says what the value at key path must be, for a value

@@ -192,6 +192,8 @@ func FuzzTOMLJSONTwins(f *testing.F) {
 		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["black",{"rest":{"glob":"*.py"}}]],"mounts":["workspace"],"writes":{"roots":["workspace/src"],"never":["*.pem"],"commit":"auto","keep":["*.py"],"max_files":100,"max_bytes":1048576,"commit_on":"always"}}}}`,
 		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["make","test"]],"mounts":["."],"writes":{"roots":["."],"commit":"discard"},"cache":["/root/.cache"],"cache_mb":64,"egress":{"hosts":["pypi.org"]}}}}`,
 		`{"schema_version":1,"tools":{"x":{"operation":"execute","commands":[["make"]],"mounts":["w"],"writes":{"roots":["w/"],"Commit":"auto","keep":[]},"cache":["/tmp/c","/root"],"cache_mb":0}}}`,
+		`{"schema_version":1,"redact":{"patterns":[{"name":"ticket","regex":"TCK-[0-9]{6}"}]},"tools":{"r":{"operation":"read","roots":["a"],"redact":{"builtin":false,"patterns":[{"name":"pw","regex":"pw=\\S+"}]}}}}`,
+		`{"schema_version":1,"tools":{"r":{"operation":"read","roots":["a"],"redact":{"Builtin":true,"patterns":[{"name":"x","regex":"^a"}]}}}}`,
 	} {
 		f.Add(s)
 	}

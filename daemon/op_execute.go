@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/daemon/policyfiles"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/fsview"
+	"github.com/sluicehq/sluice/internal/secretscan"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/profiles"
 	"github.com/sluicehq/sluice/sandbox"
@@ -464,4 +465,13 @@ func checkExecMounts(p *policy, name string, files *policyfiles.Files) error {
 		}
 	}
 	return nil
+}
+
+// redactExtra redacts a command's stderr, capped as its stdout is.
+func (r *execResult) redactExtra(s *secretscan.Scanner, max int64) secretscan.Counts {
+	out, n := s.Redact(r.stderr)
+	if n.Total() > 0 {
+		r.stderr = out[:min(int64(len(out)), max)]
+	}
+	return n
 }

@@ -47,6 +47,10 @@ type readResult struct {
 	truncated  bool
 	size       int64
 	nextOffset int64
+	// firstLine is the file's line the output begins with; tail says it
+	// ends with the file's last (redact.go's recut needs both).
+	firstLine int64
+	tail      bool
 }
 
 func (r *readResult) wire(res *api.CallResult) {
@@ -68,7 +72,7 @@ func readLines(c *call, h *securefs.Handle, ra *authz.ReadArgs, refuseLinks bool
 		if err != nil {
 			return nil, err
 		}
-		r := &readResult{data: data, truncated: trunc, size: size}
+		r := &readResult{data: data, truncated: trunc, size: size, firstLine: 1}
 		if trunc {
 			r.nextOffset = nextLine(data)
 		}
@@ -90,7 +94,8 @@ func readLines(c *call, h *securefs.Handle, ra *authz.ReadArgs, refuseLinks bool
 	if err != nil {
 		return nil, err
 	}
-	return &readResult{data: rr.Data, truncated: rr.Truncated, size: rr.Size, nextOffset: rr.NextOffset}, nil
+	return &readResult{data: rr.Data, truncated: rr.Truncated, size: rr.Size, nextOffset: rr.NextOffset,
+		firstLine: rr.FirstLine, tail: ra.Tail > 0}, nil
 }
 
 // nextLine is the line a read continues from after data, the start of a
@@ -173,4 +178,27 @@ func trimToRune(b []byte) []byte {
 		}
 	}
 	return b
+}
+
+// recut cuts a read's redacted output to max bytes at a line end (a
+// tail keeps its last lines), and moves next_offset to the first line
+// it no longer holds. A first line longer than max alone is cut inside,
+// and skipped, as fileop.ReadRange does.
+func (r *readResult) recut(out []byte, max int64) []byte {
+	if r.tail {
+		i := bytes.IndexByte(out[int64(len(out))-max:], '\n')
+		if i < 0 {
+			return nil
+		}
+		return out[int64(len(out))-max+int64(i)+1:]
+	}
+	kept := out[:max]
+	lines := int64(bytes.Count(kept, []byte{'\n'}))
+	if i := bytes.LastIndexByte(kept, '\n'); i >= 0 {
+		kept = kept[:i+1]
+	} else {
+		kept, lines = trimToRune(kept), 1
+	}
+	r.nextOffset = r.firstLine + lines
+	return kept
 }

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"path"
 	"regexp"
+	"sync"
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/secretscan"
 	"github.com/sluicehq/sluice/internal/walk"
 )
 
@@ -44,6 +46,9 @@ func execSearch(c *call, _ func(string, []byte)) *outcome {
 	}
 	defer done()
 	s := searchResults{max: sa.MaxResults, budget: c.tool.EffectiveMaxBytes() - searchDocBytes}
+	if sc := c.tool.Redactor(); sc != nil {
+		s.red = &searchRedaction{s: sc, counts: secretscan.Counts{}}
+	}
 	if h.Kind == api.KindDir {
 		err = searchDir(c, sa, r, &s)
 	} else {
@@ -59,7 +64,11 @@ func execSearch(c *call, _ func(string, []byte)) *outcome {
 	if err != nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
-	return &outcome{ok: true, reason: api.ReasonAllowed, output: out, truncated: s.truncated}
+	o := &outcome{ok: true, reason: api.ReasonAllowed, output: out, truncated: s.truncated}
+	if s.red != nil {
+		o.redacted = s.red.counts // redacted here: redactOutcome leaves it
+	}
+	return o
 }
 
 // searchResults collects matches within max_results and max_bytes.
@@ -68,10 +77,12 @@ type searchResults struct {
 	max       int
 	budget    int64
 	truncated bool
+	red       *searchRedaction // nil: the tool redacts nothing
 }
 
 // add appends m; false when the results are full (truncated).
 func (s *searchResults) add(m api.SearchMatch) bool {
+	m.Path, m.Text = s.red.text(m.Path), s.red.text(m.Text)
 	b, _ := json.Marshal(&m)
 	if len(s.matches) >= s.max || s.budget < int64(len(b))+1 {
 		s.truncated = true
@@ -93,6 +104,9 @@ func searchDir(c *call, sa *authz.SearchArgs, r *authz.Resource, s *searchResult
 		q.Name = sa.MatchBase
 	}
 	o := walk.Options{Skip: skip, RefuseHardLinks: c.tool.RefusesHardLinks(), MaxResults: s.max, MaxBytes: s.budget}
+	if s.red != nil {
+		o.Content = s.red.content
+	}
 	if sa.PathGlob() {
 		// The walk filters by base name; whole paths are matched here,
 		// so the walk's own caps must leave room for what this drops.
@@ -151,6 +165,9 @@ func searchFile(c *call, sa *authz.SearchArgs, name string, s *searchResults) er
 	if bytes.IndexByte(data[:min(len(data), 8<<10)], 0) >= 0 {
 		return nil
 	}
+	if s.red != nil {
+		data = s.red.content(data)
+	}
 	if pre := sa.Prefilter(); pre != nil && !pre.Match(data) {
 		return nil
 	}
@@ -179,4 +196,31 @@ func matchLines(data []byte, re *regexp.Regexp, fn func(int, []byte) bool) {
 			return
 		}
 	}
+}
+
+// searchRedaction is what a search with a redactor matches and returns:
+// each file's content redacted before its lines are matched (line breaks
+// kept, so numbers stay the file's), and each match's path and text.
+type searchRedaction struct {
+	s      *secretscan.Scanner
+	mu     sync.Mutex
+	counts secretscan.Counts
+}
+
+func (r *searchRedaction) content(data []byte) []byte {
+	out, n := r.s.Redact(data)
+	if n.Total() == 0 {
+		return data
+	}
+	r.mu.Lock()
+	r.counts.Add(n)
+	r.mu.Unlock()
+	return out
+}
+
+func (r *searchRedaction) text(s string) string {
+	if r == nil {
+		return s
+	}
+	return string(r.content([]byte(s)))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/internal/secretscan"
 	"github.com/sluicehq/sluice/sandbox"
 )
 
@@ -224,7 +225,10 @@ func (c *call) pipeline(em emitter) {
 	// both durable before either leaves the daemon: one sync per call,
 	// shared by group commit, instead of two.
 	began := time.Now()
+	onChunk, endChunks := c.redactChunks(onChunk)
 	o := c.op.exec(c, onChunk)
+	endChunks()
+	c.redactOutcome(o)
 	c.d.m.executed(c, time.Since(began))
 	c.closeHandles()
 	if gate != nil && !gate.close() {
@@ -381,6 +385,9 @@ type outcome struct {
 	reason    api.Reason
 	output    []byte
 	truncated bool
+	// redacted counts the secrets replaced in what the call returns, by
+	// kind (redact.go); set by an operation that redacted its output.
+	redacted secretscan.Counts
 	// result is the operation's own result (a command's exit, a write's
 	// digest, a fetch's status and egress record); nil when it has none.
 	result opResult
@@ -455,6 +462,9 @@ func (c *call) auditResult(o *outcome) (uint64, error) {
 		Tool: c.req.Tool, Verdict: c.dec.WireVerdict(), Reason: o.reason, PolicyVersion: c.p.m.Version,
 		Result: &audit.Result{OK: o.ok, Bytes: int64(len(o.output)), Truncated: o.truncated, DurationMS: c.elapsedMS()},
 		Token:  c.tokenRef(),
+	}
+	if len(o.redacted) > 0 && o.redacted.Total() > 0 {
+		rec.Result.Redacted = o.redacted
 	}
 	if o.result != nil {
 		o.result.record(rec)

@@ -45,6 +45,7 @@ func (c *call) present(o *outcome) api.CallResult {
 	if o != nil {
 		res.OK, res.Reason, res.Truncated = o.ok, o.reason, o.truncated
 		res.Bytes = int64(len(o.output))
+		res.Redacted = o.redacted.Total()
 		if o.result != nil {
 			o.result.wire(&res)
 		}

@@ -115,5 +115,9 @@ func appendCallResult(b []byte, r *api.CallResult) (_ []byte, ok bool) {
 		b = append(b, `,"approval_note":`...)
 		b = jsonenc.AppendString(b, r.ApprovalNote)
 	}
+	if r.Redacted != 0 {
+		b = append(b, `,"redacted":`...)
+		b = strconv.AppendInt(b, int64(r.Redacted), 10)
+	}
 	return append(b, '}'), true
 }

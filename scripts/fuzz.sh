@@ -40,6 +40,7 @@ TARGETS=(
   egress/netpolicy:FuzzAuthorizeWebhook
   internal/termsafe:FuzzEscape
   internal/walk:FuzzLines
+  internal/secretscan:FuzzStream
 )
 
 save=0

@@ -58,8 +58,8 @@ func forbidden(pkg, imp string) string {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix", "time":
 			return "authz is pure: no syscalls, no I/O, no clock"
 		}
-		if ours && local != "api" && local != "internal/strictjson" && local != "internal/foldname" && local != "internal/redact" && local != "egress/netpolicy" {
-			return "authz depends only on api, internal/strictjson, internal/foldname, internal/redact and egress/netpolicy"
+		if ours && local != "api" && local != "internal/strictjson" && local != "internal/foldname" && local != "internal/redact" && local != "internal/secretscan" && local != "egress/netpolicy" {
+			return "authz depends only on api, internal/strictjson, internal/foldname, internal/redact, internal/secretscan and egress/netpolicy"
 		}
 	case "egress/netpolicy":
 		// The URL and address rules authz decides with: pure, so that
@@ -77,7 +77,7 @@ func forbidden(pkg, imp string) string {
 		if ours || thirdParty {
 			return pkg + " is a leaf on the standard library"
 		}
-	case "internal/strictjson", "internal/foldname", "internal/jsonenc", "internal/redact", "internal/termsafe", "internal/udiff":
+	case "internal/strictjson", "internal/foldname", "internal/jsonenc", "internal/redact", "internal/termsafe", "internal/udiff", "internal/secretscan":
 		switch imp {
 		case "os", "os/exec", "syscall", "net", "net/http", "io/fs", "golang.org/x/sys/unix":
 			return pkg + " is pure: no syscalls, no I/O"

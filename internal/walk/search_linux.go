@@ -218,6 +218,9 @@ func (w *walker) searchFile(j *fileJob, m *matcher, bufp *[]byte) {
 	if cut {
 		j.t.limit(LimitFileBytes)
 	}
+	if w.o.Content != nil {
+		data = w.o.Content(data)
+	}
 	var prefix []byte // {"path":"…","line":
 	m.lines(data, func(n int, text []byte) bool {
 		if prefix == nil {

@@ -83,6 +83,11 @@ type Options struct {
 	// Workers reads files for content search (default GOMAXPROCS, at
 	// most 8).
 	Workers int
+	// Content, when set, is what content search matches instead of a
+	// file's bytes: the daemon's redaction (it keeps line breaks, so
+	// line numbers stay the file's), so that neither a line nor whether
+	// a pattern matched tells of a secret. Called from several workers.
+	Content func(data []byte) []byte
 
 	// fallback forces the openat path (tests): what a kernel without
 	// openat2 gets.

@@ -313,6 +313,10 @@ type CallResult struct {
 	// ApprovalNote is the note the approver gave deciding this call
 	// (sluice approve|deny ID --note TEXT), approved or denied.
 	ApprovalNote string `json:"approval_note,omitempty"`
+	// Source says where an allowed call's content came from, and that it
+	// is untrusted data (docs/design.md §11, "Provenance"); nil for a
+	// denied or pending call, from which nothing came.
+	Source *Source `json:"source,omitempty"`
 }
 
 // CacheCleared answers POST /v1/caches/{tool}/clear: how many caches

@@ -48,6 +48,9 @@ func (c *call) present(o *outcome) api.CallResult {
 		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || (o.result != nil && o.result.answered())) {
 			setOutput(&res, o.output)
 		}
+		if c.dec.Allowed() && c.decoded != nil {
+			res.Source = c.source(&res, o) // source.go
+		}
 	}
 	return res
 }

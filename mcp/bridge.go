@@ -508,7 +508,8 @@ func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) st
 	if res.Source != nil {
 		// Beside structuredContent, where a client that keeps tool output
 		// apart from instructions finds it without the output schema; the
-		// text stays the content alone (docs/clients.md, "Provenance").
+		// text stays the content alone (docs/clients.md, "Provenance in MCP
+		// results").
 		out.Meta = sdk.Meta{SourceMetaKey: res.Source}
 	}
 	if res.Verdict != api.VerdictAllow {

@@ -223,7 +223,7 @@ func (e *streamEmitter) result(res api.CallResult) {
 		return
 	}
 	res.Output, res.OutputB64 = nil, ""
-	if b, ok := appendCallResult(make([]byte, 0, 384+len(res.Stderr)), &res); ok {
+	if b, ok := appendCallResult(make([]byte, 0, 768+len(res.Stderr)), &res); ok {
 		// A ResultEvent as Marshal writes it (wirejson.go), without
 		// reflection: the event's field, then the result's.
 		e.buf = append(e.buf, `{"event":"result",`...)

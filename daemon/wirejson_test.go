@@ -137,6 +137,8 @@ func BenchmarkCallResultJSON(b *testing.B) {
 	out := string(bytes.Repeat([]byte("0123456789abcde\n"), 256))
 	r := api.CallResult{CallID: "c-01M8XGD5S8MZF983SVSN3EAHTY", Verdict: "allow", Reason: "allowed", OK: true, Output: &out, Bytes: 4096,
 		Resource: "/var/tmp/x/workspace/src/four_k.txt", PolicyVersion: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", DurationMS: 0.123}
+	r.Source = &api.Source{Tool: "read_file", Operation: api.OpRead, Resource: r.Resource, SHA256: r.PolicyVersion,
+		PolicyVersion: r.PolicyVersion, CallID: r.CallID, Untrusted: true}
 	b.Run("encoding/json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -146,7 +148,7 @@ func BenchmarkCallResultJSON(b *testing.B) {
 	b.Run("appendCallResult", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			appendCallResult(make([]byte, 0, 384+len(out)+len(out)/8), &r)
+			appendCallResult(make([]byte, 0, 768+len(out)+len(out)/8), &r)
 		}
 	})
 }

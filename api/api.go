@@ -314,7 +314,7 @@ type CallResult struct {
 	// (sluice approve|deny ID --note TEXT), approved or denied.
 	ApprovalNote string `json:"approval_note,omitempty"`
 	// Source says where an allowed call's content came from, and that it
-	// is untrusted data (docs/design.md §11, "Provenance"); nil for a
+	// is untrusted data (docs/api.md, "Provenance: source"); nil for a
 	// denied or pending call, from which nothing came.
 	Source *Source `json:"source,omitempty"`
 }

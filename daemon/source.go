@@ -7,8 +7,8 @@ import (
 	"github.com/sluicehq/sluice/authz"
 )
 
-// source is where an allowed call's content came from (docs/design.md
-// §11, "Provenance"), made in this one place for every operation: the
+// source is where an allowed call's content came from (docs/api.md,
+// "Provenance: source"), made in this one place for every operation: the
 // tool, its operation, the policy and the call; the resource the result
 // names (a file tool's path), or for an operation whose target is a URL
 // (authz.Op.Network) that URL as the ledger records it (authz.RecordURL:

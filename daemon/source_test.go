@@ -25,7 +25,7 @@ func digestOf(s string) string {
 }
 
 // TestSourceOverTheSocket: every allowed call's result says where its
-// content came from (docs/design.md §11, "Provenance") — tool,
+// content came from (docs/api.md, "Provenance: source") — tool,
 // operation, the resource the kernel resolved or a fetch's final URL as
 // the ledger records it, the digest where the operation knows one, the
 // policy_version /v1/health reports, the result's own call_id — and that

@@ -344,7 +344,7 @@ type Structured struct {
 	Committed *bool        `json:"committed,omitempty"`
 	Dropped   int          `json:"dropped,omitempty"`
 	// Source is where an allowed call's content came from, and that it is
-	// untrusted data (docs/design.md §11, "Provenance"); also in the
+	// untrusted data (docs/api.md, "Provenance: source"); also in the
 	// result's _meta under SourceMetaKey.
 	Source *api.Source `json:"source,omitempty"`
 }

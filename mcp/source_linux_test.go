@@ -16,8 +16,8 @@ import (
 
 // TestMCPSource: through the bridge (in memory, and over stdio where the
 // fast path answers and splices large outputs), for each protocol, every
-// allowed call's result carries its source (docs/design.md §11,
-// "Provenance") in structuredContent and, the same, in _meta under
+// allowed call's result carries its source (docs/clients.md, "Provenance
+// in MCP results") in structuredContent and, the same, in _meta under
 // mcp.SourceMetaKey: the resource the daemon resolved, the digest where
 // known, the policy_version sluiced's /v1/health reports, the call's own
 // call_id, untrusted. The text content stays the content alone. A denial

@@ -317,6 +317,10 @@ type CallResult struct {
 	// the call returned (the tool's redact key; docs/security.md,
 	// "Redaction").
 	Redacted int `json:"redacted,omitempty"`
+	// Source says where an allowed call's content came from, and that it
+	// is untrusted data (docs/api.md, "Provenance: source"); nil for a
+	// denied or pending call, from which nothing came.
+	Source *Source `json:"source,omitempty"`
 }
 
 // CacheCleared answers POST /v1/caches/{tool}/clear: how many caches

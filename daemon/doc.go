@@ -30,7 +30,7 @@
 //
 //	core:       daemon.go daemon_other.go doc.go ledger.go caches.go
 //	transport:  http.go tasks.go events.go systemd.go status.go tokens_http.go
-//	pipeline:   pipeline.go request.go registry.go resolve.go targets.go present.go reasons.go admit.go ratelimit.go wirejson.go ids.go schema.go budget.go tokens.go tokens_roots.go redact.go
+//	pipeline:   pipeline.go request.go registry.go resolve.go targets.go present.go source.go reasons.go admit.go ratelimit.go wirejson.go ids.go schema.go budget.go tokens.go tokens_roots.go redact.go
 //	table:      ops.go
 //	operations: op_*.go writes.go exec_egress.go exec_args.go exec_changeset.go exec_cache.go
 //	approvals:  approvals.go spill_change.go approvals_after.go

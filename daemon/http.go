@@ -138,7 +138,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	if r, isResult := v.(api.CallResult); isResult {
 		// A call's result, by far the most frequent response: encoded
 		// without reflection, the same bytes as Marshal (wirejson.go).
-		n := 384 + len(r.Stderr) + len(r.OutputB64)
+		n := 768 + len(r.Stderr) + len(r.OutputB64) // the fields and a source: one allocation
 		if r.Output != nil {
 			n += len(*r.Output) + len(*r.Output)/8
 		}

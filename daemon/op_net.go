@@ -139,6 +139,9 @@ type netResult struct {
 	httpStatus  int
 	contentType string
 	egress      *audit.Egress
+	// url is the last URL requested, after the redirects followed (as
+	// asked, query included: the source records it by RecordURL).
+	url string
 }
 
 func (r *netResult) wire(res *api.CallResult) {
@@ -148,6 +151,16 @@ func (r *netResult) wire(res *api.CallResult) {
 func (r *netResult) record(rec *audit.Record) { rec.Egress = r.egress }
 
 func (r *netResult) answered() bool { return r.httpStatus != 0 }
+
+// source: a fetch or post knows where its last request went, the final
+// URL after the redirects it followed (a refused redirect's target was
+// never asked, so the URL that answered with it stays), recorded as the
+// ledger records URLs.
+func (r *netResult) source(s *api.Source) {
+	if r.url != "" {
+		s.URL = authz.RecordURL(r.url)
+	}
+}
 
 // maxHopURL bounds the scheme, authority and path a redirect hop's record
 // keeps: up to max_redirects (20) hops are recorded per call.
@@ -161,6 +174,7 @@ func (c *call) netOutcome(res *egress.Result, err error, rec *audit.Egress) *out
 	nr := &netResult{egress: rec}
 	o := &outcome{result: nr}
 	if res != nil {
+		nr.url = res.URL
 		if res.Addr.IsValid() {
 			rec.Addr = res.Addr.String()
 		}

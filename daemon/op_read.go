@@ -51,6 +51,9 @@ type readResult struct {
 	// ends with the file's last (redact.go's recut needs both).
 	firstLine int64
 	tail      bool
+	// sha256 is the digest of what was read when it is the whole file
+	// (no range, not truncated): the result's source (source.go).
+	sha256 string
 }
 
 func (r *readResult) wire(res *api.CallResult) {
@@ -64,6 +67,9 @@ func (r *readResult) record(rec *audit.Record) {}
 
 func (r *readResult) answered() bool { return false }
 
+// source: a read of a whole file knows the digest of what it read.
+func (r *readResult) source(s *api.Source) { s.SHA256 = r.sha256 }
+
 // readLines reads what ra selects of the resolved file, through its fd.
 func readLines(c *call, h *securefs.Handle, ra *authz.ReadArgs, refuseLinks bool) (*readResult, error) {
 	limit := c.tool.EffectiveMaxBytes()
@@ -75,6 +81,11 @@ func readLines(c *call, h *securefs.Handle, ra *authz.ReadArgs, refuseLinks bool
 		r := &readResult{data: data, truncated: trunc, size: size, firstLine: 1}
 		if trunc {
 			r.nextOffset = nextLine(data)
+		} else {
+			// The whole file: its digest costs a pass over at most
+			// max_bytes, cheaper than the output's JSON encoding, and
+			// is what a write's if_match takes next.
+			r.sha256 = sha256Of(data)
 		}
 		return r, nil
 	}

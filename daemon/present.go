@@ -52,6 +52,9 @@ func (c *call) present(o *outcome) api.CallResult {
 		if o.reason != api.ReasonAuditUnavailable && (o.ok || len(o.output) > 0 || (o.result != nil && o.result.answered())) {
 			setOutput(&res, o.output)
 		}
+		if c.dec.Allowed() && c.decoded != nil {
+			res.Source = c.source(&res, o) // source.go
+		}
 	}
 	return res
 }
@@ -224,7 +227,7 @@ func (e *streamEmitter) result(res api.CallResult) {
 		return
 	}
 	res.Output, res.OutputB64 = nil, ""
-	if b, ok := appendCallResult(make([]byte, 0, 384+len(res.Stderr)), &res); ok {
+	if b, ok := appendCallResult(make([]byte, 0, 768+len(res.Stderr)), &res); ok {
 		// A ResultEvent as Marshal writes it (wirejson.go), without
 		// reflection: the event's field, then the result's.
 		e.buf = append(e.buf, `{"event":"result",`...)

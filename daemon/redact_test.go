@@ -68,6 +68,11 @@ func TestRedactReadSearch(t *testing.T) {
 	if res.Output == nil || *res.Output != want || res.Redacted != 4 || res.Bytes != int64(len(want)) {
 		t.Fatalf("read: %s", body)
 	}
+	// A whole-file read's source carries the digest of what was read,
+	// unless a secret was replaced: then it would confirm a guess.
+	if res.Source == nil || res.Source.SHA256 != "" || res.SHA256 != "" {
+		t.Fatalf("a redacted read's source names a digest (or has none): %s", body)
+	}
 	// Line numbers are the file's: the key's block kept its line breaks.
 	res, body = h.call("read_file", map[string]any{"path": "workspace/src/creds.txt", "offset": 6, "limit": 2})
 	checkNoSecret(t, "ranged read", body)

@@ -24,7 +24,8 @@ import (
 // and stderr hold; each line decodes as the client decodes it (api.Event)
 // back to what was sent, output byte for byte; and under deny_detail
 // "opaque" a denial's two lines carry only event, call_id, verdict and
-// reason "unavailable".
+// reason "unavailable"; an allowed call's result carries its source, a
+// denial's none.
 //
 // The call is driven the way pipeline drives it: an allowed command sends
 // its decision, its output chunks, then its result; a denial sends its
@@ -71,6 +72,9 @@ func FuzzStreamEvents(f *testing.F) {
 			want = append(want, sent{event: api.EventDecision})
 		}
 		var o *outcome
+		if c.dec.Allowed() {
+			c.decoded = &decoded{req: api.CallRequest{Tool: "t"}, tool: &authz.Tool{Operation: api.OpExecute}}
+		}
 		em.decision(c.decisionEvent())
 		want = append(want, sent{event: api.EventDecision})
 		if c.dec.Allowed() {
@@ -171,8 +175,12 @@ func FuzzStreamEvents(f *testing.F) {
 				if ev.Resource != wantRes {
 					t.Fatalf("result resource %q, want %q", ev.Resource, wantRes)
 				}
-				if o == nil && (ev.OK || ev.Bytes != 0 || ev.ExitCode != nil || ev.Stderr != "") {
+				if o == nil && (ev.OK || ev.Bytes != 0 || ev.ExitCode != nil || ev.Stderr != "" || ev.Source != nil) {
 					t.Fatalf("a denial shows a run: %s", line)
+				}
+				if o != nil && (ev.Source == nil || *ev.Source != api.Source{Tool: "t", Operation: api.OpExecute, Resource: wantRes,
+					PolicyVersion: "sha256:00", CallID: c.id, Untrusted: true}) {
+					t.Fatalf("result source: %s", line)
 				}
 				if o != nil {
 					if ev.Bytes != int64(len(o.output)) || ev.ExitCode == nil || *ev.ExitCode != exit || ev.OK != (exit == 0) {

@@ -119,5 +119,36 @@ func appendCallResult(b []byte, r *api.CallResult) (_ []byte, ok bool) {
 		b = append(b, `,"redacted":`...)
 		b = strconv.AppendInt(b, int64(r.Redacted), 10)
 	}
+	if r.Source != nil {
+		b = append(b, `,"source":`...)
+		b = appendSource(b, r.Source)
+	}
 	return append(b, '}'), true
+}
+
+// appendSource appends s as Marshal would (api.Source's fields in order).
+func appendSource(b []byte, s *api.Source) []byte {
+	b = append(b, `{"tool":`...)
+	b = jsonenc.AppendString(b, s.Tool)
+	b = append(b, `,"operation":`...)
+	b = jsonenc.AppendString(b, string(s.Operation))
+	if s.Resource != "" {
+		b = append(b, `,"resource":`...)
+		b = jsonenc.AppendString(b, s.Resource)
+	}
+	if s.URL != "" {
+		b = append(b, `,"url":`...)
+		b = jsonenc.AppendString(b, s.URL)
+	}
+	if s.SHA256 != "" {
+		b = append(b, `,"sha256":`...)
+		b = jsonenc.AppendString(b, s.SHA256)
+	}
+	b = append(b, `,"policy_version":`...)
+	b = jsonenc.AppendString(b, s.PolicyVersion)
+	b = append(b, `,"call_id":`...)
+	b = jsonenc.AppendString(b, s.CallID)
+	b = append(b, `,"untrusted":`...)
+	b = strconv.AppendBool(b, s.Untrusted)
+	return append(b, '}')
 }

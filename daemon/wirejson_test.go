@@ -39,8 +39,10 @@ func TestCallResultJSON(t *testing.T) {
 	for _, s := range awkward {
 		out := s
 		checkSame(t, api.CallResult{CallID: s, Verdict: api.Verdict(s), Reason: api.Reason(s), Output: &out, OutputB64: s, Stderr: s,
-			Resource: s, PolicyVersion: s, ApprovalID: s, SHA256: s, Signal: s, ExitCode: &one, Durable: &yes, Bytes: -5, DurationMS: 1.5})
+			Resource: s, PolicyVersion: s, ApprovalID: s, SHA256: s, Signal: s, ExitCode: &one, Durable: &yes, Bytes: -5, DurationMS: 1.5,
+			Source: &api.Source{Tool: s, Operation: api.Operation(s), Resource: s, URL: s, SHA256: s, PolicyVersion: s, CallID: s, Untrusted: true}})
 	}
+	checkSame(t, api.CallResult{Source: &api.Source{}})
 	for _, f := range []float64{0, math.Copysign(0, -1), 1e-7, 1e-6, 123.456, 1e20, 1e21, 1e300, -2.5e-9, math.SmallestNonzeroFloat64, math.MaxFloat64, math.NaN(), math.Inf(1), math.Inf(-1)} {
 		checkSame(t, api.CallResult{DurationMS: f, ExitCode: &zero, Durable: &no})
 	}
@@ -73,6 +75,8 @@ func TestCallResultJSONAllFields(t *testing.T) {
 				p.Elem().SetBool(false)
 			case reflect.Int, reflect.Int64:
 				p.Elem().SetInt(3)
+			case reflect.Struct:
+				setAll(t, p.Elem())
 			default:
 				t.Fatalf("field %s: a pointer to %s; teach appendCallResult and this test", v.Type().Field(i).Name, p.Elem().Kind())
 			}
@@ -88,6 +92,22 @@ func TestCallResultJSONAllFields(t *testing.T) {
 		}
 	}
 	checkSame(t, r)
+}
+
+// setAll sets every field of the struct v (strings, bools), found by
+// reflection: a field added to api.Source and not to appendSource fails
+// TestCallResultJSONAllFields.
+func setAll(t *testing.T, v reflect.Value) {
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.String:
+			f.SetString("<s\u2029>")
+		case reflect.Bool:
+			f.SetBool(true)
+		default:
+			t.Fatalf("field %s.%s of kind %s: teach appendCallResult and this test", v.Type().Name(), v.Type().Field(i).Name, f.Kind())
+		}
+	}
 }
 
 func FuzzCallResultJSON(f *testing.F) {
@@ -107,6 +127,7 @@ func FuzzCallResultJSON(f *testing.F) {
 			r.ExitCode = &e
 			r.Durable = &ok
 			r.Size, r.NextOffset = &n, &n
+			r.Source = &api.Source{Tool: id, Operation: api.Operation(other), Resource: output, URL: stderr, SHA256: other, PolicyVersion: id, CallID: output, Untrusted: ok}
 		}
 		checkSame(t, r)
 	})
@@ -116,6 +137,8 @@ func BenchmarkCallResultJSON(b *testing.B) {
 	out := string(bytes.Repeat([]byte("0123456789abcde\n"), 256))
 	r := api.CallResult{CallID: "c-01M8XGD5S8MZF983SVSN3EAHTY", Verdict: "allow", Reason: "allowed", OK: true, Output: &out, Bytes: 4096,
 		Resource: "/var/tmp/x/workspace/src/four_k.txt", PolicyVersion: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", DurationMS: 0.123}
+	r.Source = &api.Source{Tool: "read_file", Operation: api.OpRead, Resource: r.Resource, SHA256: r.PolicyVersion,
+		PolicyVersion: r.PolicyVersion, CallID: r.CallID, Untrusted: true}
 	b.Run("encoding/json", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -125,7 +148,7 @@ func BenchmarkCallResultJSON(b *testing.B) {
 	b.Run("appendCallResult", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			appendCallResult(make([]byte, 0, 384+len(out)+len(out)/8), &r)
+			appendCallResult(make([]byte, 0, 768+len(out)+len(out)/8), &r)
 		}
 	})
 }

@@ -158,6 +158,10 @@ func (r *fileResult) record(rec *audit.Record) {
 
 func (r *fileResult) answered() bool { return false }
 
+// source: a write, edit, move or delete knows the digest of what it
+// wrote, moved or removed.
+func (r *fileResult) source(s *api.Source) { s.SHA256 = r.digest }
+
 // checkParentAt runs right before the temp name is created (or a move's
 // rename): the parent of the call's target i must still be where the
 // decision record says (its rel, from the kernel's name for the fd), or

@@ -313,6 +313,9 @@ func TestCLI(t *testing.T) {
 	}{
 		{[]string{"call", "read_file", "--args", `{"path":"workspace/src/a.py"}`}, 0, "hello"},
 		{[]string{"call", "--args", `{"path":"workspace/src/a.py"}`, "read_file", "--json"}, 0, `"verdict": "allow"`},
+		// The result's source passes through --json, streamed or not.
+		{[]string{"call", "read_file", "--args", `{"path":"workspace/src/a.py"}`, "--json"}, 0, `"untrusted": true`},
+		{[]string{"call", "read_file", "--args", `{"path":"workspace/src/a.py"}`, "--stream", "--json"}, 0, `"untrusted":true`},
 		{[]string{"call", "read_file", "--args", `{"path":"workspace/src/.env"}`}, 3, ""},
 		{[]string{"call", "read_file", "--args", `{"path":"workspace/src/a.py"}`, "--stream"}, 0, "hello"},
 		{[]string{"call", "read_file", "--args", `{not json`}, 2, ""},
@@ -330,6 +333,11 @@ func TestCLI(t *testing.T) {
 		if code != tc.code || !strings.Contains(out, tc.out) {
 			t.Errorf("sluice %v: exit %d (want %d), out %q, err %q", tc.args, code, tc.code, out, errOut)
 		}
+	}
+	// Without --json, stdout is the output alone (it goes to pipes and
+	// files as it is): no source in it.
+	if out, _, _ := sluice(t, d.socket, "call", "read_file", "--args", `{"path":"workspace/src/a.py"}`); out != "print('hello')\n" {
+		t.Errorf("sluice call's stdout: %q", out)
 	}
 	_, errOut, _ := sluice(t, d.socket, "call", "read_file", "--args", `{"path":"workspace/src/.env"}`)
 	if !strings.Contains(errOut, "denied: never_listed") {

@@ -44,10 +44,11 @@ func mcpTSManifest(base, extra string) string {
 // the real `sluice mcp` over stdio against the real sluiced and runs
 // e2e/mcp/client.mjs: initialize, list with hints and schemas (the SDK
 // validates each structuredContent against its outputSchema), an allowed
-// read, denials as tool errors, truncation, binary output as a blob,
-// execute with progress, a cancel (the container is gone and the ledger
-// says cancelled), an approval given from a second client while the call
-// waits, and a reload that sends tools/list_changed.
+// read, its source in structuredContent and _meta, denials as tool
+// errors, truncation, binary output as a blob, execute with progress, a
+// cancel (the container is gone and the ledger says cancelled), an
+// approval given from a second client while the call waits, and a reload
+// that sends tools/list_changed.
 func TestMCPTypeScriptClient(t *testing.T) {
 	testutil.RequireRoot(t)
 	node, err := exec.LookPath("node")
@@ -81,7 +82,7 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	if err != nil {
 		t.Fatalf("client.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, out, &stderr)
 	}
-	want := []string{"initialize", "list", "read", "denials", "truncation", "binary", "execute with progress",
+	want := []string{"initialize", "list", "read", "provenance", "denials", "truncation", "binary", "execute with progress",
 		"cancel", "approval", "reload changes the list", "close", "stderr"}
 	var got []string
 	sc := bufio.NewScanner(bytes.NewReader(out))

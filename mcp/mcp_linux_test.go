@@ -114,6 +114,7 @@ func clientAs(socket string, uid int) *client.Client {
 // session is an MCP client session with a bridge, connected in memory.
 type session struct {
 	*sdk.ClientSession
+	bridge      *mcp.Bridge
 	progress    chan *sdk.ProgressNotificationParams
 	listChanged chan struct{}
 	logs        *testutil.LockedBuffer
@@ -138,6 +139,7 @@ func connectOver(t *testing.T, stdio bool, socket string, c *client.Client, prot
 		f(&opts)
 	}
 	b := mcp.New(opts)
+	s.bridge = b
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	var ct sdk.Transport

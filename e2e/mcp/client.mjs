@@ -60,6 +60,22 @@ await run("read", async () => {
   return [!res.isError && text(res) === "print('hello')\n" && res.structuredContent.reason === "allowed", res];
 });
 
+await run("provenance", async () => {
+  // Where the content came from, untrusted: in structuredContent (which
+  // the SDK validated against the tool's outputSchema) and the same in
+  // _meta; the text is the content alone. A denial carries neither.
+  const res = await client.callTool({ name: "read_file", arguments: { path: "workspace/src/a.py" } });
+  const s = res.structuredContent.source || {};
+  const meta = (res._meta || {})["io.github.sluicehq/source"];
+  const denied = await client.callTool({ name: "read_file", arguments: { path: "workspace/src/.env" } });
+  const ok = s.untrusted === true && s.tool === "read_file" && s.operation === "read" &&
+    typeof s.resource === "string" && s.resource.endsWith("/workspace/src/a.py") && /^sha256:[0-9a-f]{64}$/.test(s.sha256) &&
+    s.call_id === res.structuredContent.call_id && /^sha256:/.test(s.policy_version) &&
+    JSON.stringify(meta) === JSON.stringify(s) && text(res) === "print('hello')\n" &&
+    denied.isError === true && denied.structuredContent.source === undefined && !(denied._meta || {})["io.github.sluicehq/source"];
+  return [ok, { res, denied }];
+});
+
 await run("denials", async () => {
   const out = {};
   let ok = true;

@@ -111,6 +111,9 @@ type Config struct {
 	// slotQueued, if set, is called each time an execute call joins the
 	// container queue (tests line callers up without sleeping).
 	slotQueued func()
+	// approvalClock, if set, is the clock grants expire by (tests move
+	// it instead of sleeping; approvals_scale.go).
+	approvalClock func() time.Time
 }
 
 // Lifecycle defaults.
@@ -261,7 +264,7 @@ func Run(ctx context.Context, cfg Config) error {
 	base, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls
-	d.approvals = newApprovals(cfg.MaxParked)
+	d.approvals = newApprovals(cfg.MaxParked, cfg.approvalClock)
 	d.caches = newCacheSet()
 	d.events = transport.NewHub()
 	if cfg.Manifest == "" {

@@ -165,6 +165,7 @@ func (c *call) pipeline(em emitter) {
 	c.dec = authz.Decide(c.p.m, &c.areq)
 	c.d.m.decided(c)
 	c.checkTask()
+	c.applyGrant()
 	if c.dec.Pending() && !c.awaitApproval(em) {
 		return
 	}
@@ -399,7 +400,7 @@ func (c *call) auditDecision() (uint64, error) {
 	rec := &audit.Record{
 		Kind: audit.KindDecision, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
 		Tool: c.req.Tool, Args: c.argsRecord, Verdict: c.dec.WireVerdict(), Reason: c.dec.Reason,
-		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version, ApprovalID: c.approvalID,
+		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version, ApprovalID: c.approvalID, Grant: c.grantID,
 	}
 	if c.tool != nil {
 		rec.Operation = c.tool.Operation

@@ -55,6 +55,7 @@ func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer P
 		return
 	}
 	n, gen := d.calls.cancelTask(keys)
+	d.approvals.grants.endTasks(keys) // a cancelled task's grants end with it
 	d.log.Info("task cancelled", "task", task, "of", owners, "by", name, "calls_ended", n, "generation", gen)
 	writeJSON(w, http.StatusOK, api.TaskCancel{Task: task, Generation: gen, Ended: n})
 }

@@ -343,6 +343,9 @@ type Structured struct {
 	Changes   []api.Change `json:"changes,omitempty"`
 	Committed *bool        `json:"committed,omitempty"`
 	Dropped   int          `json:"dropped,omitempty"`
+	// ApprovalNote is what the approver said deciding the call, approved
+	// or denied (also in the text).
+	ApprovalNote string `json:"approval_note,omitempty"`
 }
 
 const outputSchema = `{"type":"object",
@@ -361,7 +364,8 @@ const outputSchema = `{"type":"object",
     "bytes":{"type":"integer"},"sha256":{"type":"string"},"old_sha256":{"type":"string"},"committed":{"type":"boolean"},
     "reason":{"type":"string"},"rule":{"type":"string"},"detail":{"type":"string"}},"required":["path","action","bytes","committed"]}},
   "committed":{"type":"boolean","description":"a command's changeset committed whole"},
-  "dropped":{"type":"integer","description":"paths the command wrote that the tool's keep globs did not choose"}},
+  "dropped":{"type":"integer","description":"paths the command wrote that the tool's keep globs did not choose"},
+  "approval_note":{"type":"string","description":"what the human approver said deciding this call"}},
  "required":["verdict","reason","ok","truncated","bytes","call_id"]}`
 
 // handler forwards one tools/call of tool to POST /v1/calls, streamed.
@@ -485,7 +489,7 @@ func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) st
 	out := &sdk.CallToolResult{IsError: !res.OK, Content: []sdk.Content{}, StructuredContent: Structured{
 		Verdict: res.Verdict, Reason: res.Reason, OK: res.OK, Truncated: res.Truncated, Bytes: res.Bytes,
 		ExitCode: res.ExitCode, CallID: res.CallID, SHA256: res.SHA256, HTTPStatus: res.HTTPStatus,
-		Changes: res.Changes, Committed: res.Committed, Dropped: res.Dropped,
+		Changes: res.Changes, Committed: res.Committed, Dropped: res.Dropped, ApprovalNote: res.ApprovalNote,
 	}}
 	if res.Verdict != api.VerdictAllow {
 		// Only the reason code: under deny_detail "opaque" it is the bland
@@ -539,6 +543,12 @@ func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) st
 			status = append(status, "ok")
 		}
 		out.Content = append(out.Content, &sdk.TextContent{Text: "[sluice: " + strings.Join(status, "; ") + "]"})
+	}
+	if res.ApprovalNote != "" {
+		// The human who approved it may have said something the agent
+		// should heed ("this once; use staging next time"): last, apart
+		// from the output.
+		out.Content = append(out.Content, &sdk.TextContent{Text: "The approver's note: " + res.ApprovalNote})
 	}
 	return out
 }

@@ -125,7 +125,8 @@ await run("approval", async () => {
       }
     },
   });
-  return [approved !== null && !res.isError && text(res) === "print('hello')\n", { approved, res }];
+  return [approved !== null && !res.isError && text(res) === "print('hello')\nThe approver's note: from the TypeScript e2e" &&
+    res.structuredContent?.approval_note === "from the TypeScript e2e", { approved, res }];
 });
 
 await run("reload changes the list", async () => {

@@ -149,3 +149,40 @@ func TestSameApprover(t *testing.T) {
 		t.Errorf("bob, the only approver, calls t: %v", got)
 	}
 }
+
+// TestApprovalScaleTOML: approvers and approval_when read the same from
+// TOML, patterns included.
+func TestApprovalScaleTOML(t *testing.T) {
+	m, err := ParseTOML(strings.NewReader(`schema_version = 1
+[principals.agent]
+uids = [1000]
+tools = ["*"]
+[principals.alice]
+uids = [2001]
+approver = true
+tools = []
+[principals.bob]
+uids = [2002]
+approver = true
+tools = []
+[tools.run]
+operation = "execute"
+commands = [["git", {rest = {any = true}}]]
+approval = "human"
+approvers = 2
+[tools.run.approval_when]
+commands = [["git", "push", {rest = {any = true}}]]
+`), "/srv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for argv, want := range map[string]api.Reason{"git status": api.ReasonAllowed, "git push origin": api.ReasonApprovalRequired} {
+		d := Decide(m, &Request{Principal: "agent", Tool: "run", Args: &ExecArgs{Argv: strings.Fields(argv)}})
+		if d.Reason != want {
+			t.Errorf("%s: %s, want %s", argv, d.Reason, want)
+		}
+	}
+	if m.Tools["run"].EffectiveApprovers() != 2 {
+		t.Error("approvers")
+	}
+}

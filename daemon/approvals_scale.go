@@ -333,18 +333,19 @@ func (g *grant) wire() *api.Grant {
 // applyGrant lets a call that would wait for approval run at once when a
 // grant covers it (its tool, principal and task, unexpired, made under
 // the manifest in force): it is decided again as approved, and its
-// decision record names the grant.
-func (c *call) applyGrant() {
+// decision record names the grant. It reports whether one did.
+func (c *call) applyGrant() bool {
 	if !c.dec.Pending() || c.req.Task == "" {
-		return
+		return false
 	}
 	g := c.d.approvals.grants.covering(c.areq.Principal, c.req.Tool, c.req.Task, c.p.m.Version, c.d.approvals.now())
 	if g == nil {
-		return
+		return false
 	}
 	c.areq.Approved = true
 	c.dec = authz.Decide(c.p.m, &c.areq)
 	c.grantID = g.id
+	return true
 }
 
 // warnSelfApproval logs each approver principal whose own calls of a

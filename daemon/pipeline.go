@@ -165,7 +165,6 @@ func (c *call) pipeline(em emitter) {
 	c.dec = authz.Decide(c.p.m, &c.areq)
 	c.d.m.decided(c)
 	c.checkTask()
-	c.applyGrant()
 	if c.dec.Pending() && !c.awaitApproval(em) {
 		return
 	}

@@ -532,6 +532,10 @@ type Approval struct {
 	// Change is what the call would do, for the approver to read: the
 	// approval is bound to it (a write's content digest).
 	Change *ApprovalChange `json:"change,omitempty"`
+	// Approvers is how many distinct approver principals must approve
+	// the call (the tool's approvers); ApprovedBy who has (api/approval.go).
+	Approvers  int      `json:"approvers,omitempty"`
+	ApprovedBy []string `json:"approved_by,omitempty"`
 }
 
 // ApprovalChange shows an approver what a parked call would change, as
@@ -605,8 +609,9 @@ type Approvals struct {
 
 // ApprovalDecision is the body of POST /v1/approvals/{id}.
 type ApprovalDecision struct {
-	Approve bool   `json:"approve"`
-	Note    string `json:"note,omitempty"`
+	Approve bool          `json:"approve"`
+	Note    string        `json:"note,omitempty"`
+	Grant   *GrantRequest `json:"grant,omitempty"` // with approve: later calls too (api/approval.go)
 }
 
 // ApprovalOutcome answers POST /v1/approvals/{id}.
@@ -614,6 +619,13 @@ type ApprovalOutcome struct {
 	ApprovalID string `json:"approval_id"`
 	CallID     string `json:"call_id"`
 	Approved   bool   `json:"approved"`
+	// Waiting: this approval counted, and the call still waits for more
+	// approvers (Approvers in all; ApprovedBy so far). Grant is what a
+	// completing approval granted (api/approval.go).
+	Waiting    bool     `json:"waiting,omitempty"`
+	Approvers  int      `json:"approvers,omitempty"`
+	ApprovedBy []string `json:"approved_by,omitempty"`
+	Grant      *Grant   `json:"grant,omitempty"`
 }
 
 // TaskCancel answers POST /v1/tasks/{task}/cancel.
@@ -648,6 +660,9 @@ type DaemonEvent struct {
 	Event         string `json:"event"`
 	PolicyVersion string `json:"policy_version,omitempty"`
 	Message       string `json:"message,omitempty"`
+	// Approval is an approval_parked or approval_decided event's
+	// (api/approval.go).
+	Approval *ApprovalEvent `json:"approval,omitempty"`
 }
 
 // ErrConflict: the approval was already decided, or does not exist.

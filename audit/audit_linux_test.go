@@ -305,6 +305,7 @@ func TestEncodeMatchesEncodingJSON(t *testing.T) {
 			rec.Egress = &Egress{Addr: "192.0.2.1:443", BodyLen: int64(i), BodySHA256: s, BytesIn: -1, BytesOut: int64(i) << 33,
 				ContentType: s, Hops: []EgressHop{{URL: s}, {Addr: "[2001:db8::1]:8443", Rule: s, Status: 302, URL: s}}, Method: s, Status: 200, Target: s}
 		}
+		rec.Grant = []string{"", "g-1"}[i%2]
 		want, _ := json.Marshal(rec)
 		want = bytes.Replace(want, []byte(`,"hash":""}`), []byte("}"), 1)
 		got := append(appendRecord(nil, rec), '}')

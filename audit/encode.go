@@ -57,6 +57,7 @@ func appendRecord(b []byte, rec *Record) []byte {
 			raw("egress", e)
 		}
 	}
+	str("grant", rec.Grant, true)
 	str("kind", rec.Kind, false)
 	str("operation", string(rec.Operation), true)
 	str("policy_version", rec.PolicyVersion, true)

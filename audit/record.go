@@ -36,6 +36,10 @@ const (
 	// (docs/api.md, POST /v1/budgets/{principal}/reset): its principal is
 	// the approver, its detail names whose budget and what was cleared.
 	KindBudgetReset = "budget_reset"
+	// KindGrant is a grant an approver made with an approval: the calls
+	// of one tool by one principal in one task that run without waiting
+	// until it expires; each call it covers names it ("grant").
+	KindGrant = "grant"
 )
 
 // Record is one ledger line. Fields are declared in key order and "hash"
@@ -48,6 +52,7 @@ type Record struct {
 	Changes       []api.Change    `json:"changes,omitempty"`
 	Detail        string          `json:"detail,omitempty"`
 	Egress        *Egress         `json:"egress,omitempty"`
+	Grant         string          `json:"grant,omitempty"` // the grant that let a call run without approval
 	Kind          string          `json:"kind"`
 	Operation     api.Operation   `json:"operation,omitempty"`
 	PolicyVersion string          `json:"policy_version,omitempty"`

@@ -400,6 +400,9 @@ func Decide(m *Manifest, req *Request) Decision {
 		if req.Approved {
 			return d // the approver's record says who; the rule stays the match
 		}
+		if !o.parks(t, ix, req, &d) {
+			return d // approval_when matches nothing of this call: it runs without one
+		}
 		d.Verdict = api.VerdictPending
 		d.Reason = api.ReasonApprovalRequired
 		d.Rule = tkey + ".approval"
@@ -521,7 +524,12 @@ func NeverMatchResolved(t *Tool, root int, rel string) bool {
 // lexically, as the manifest writes them, each name also as a
 // case-insensitive disk compares it (the kernel may name "ws/SRC").
 func neverOtherRoots(ix *toolIndex, i int, rel string) (int, bool) {
-	if len(ix.never) == 0 || len(ix.roots) < 2 || i < 0 || i >= len(ix.roots) {
+	return globsOtherRoots(ix, ix.never, i, rel)
+}
+
+// globsOtherRoots is neverOtherRoots for any globs (approval_when's).
+func globsOtherRoots(ix *toolIndex, globs []glob, i int, rel string) (int, bool) {
+	if len(globs) == 0 || len(ix.roots) < 2 || i < 0 || i >= len(ix.roots) {
 		return 0, false
 	}
 	var buf [32]string
@@ -530,7 +538,7 @@ func neverOtherRoots(ix *toolIndex, i int, rel string) (int, bool) {
 		if j == i || len(rc) > len(full) || !slices.EqualFunc(rc, full[:len(rc)], foldname.Equal) {
 			continue
 		}
-		if gi, hit := neverMatchComps(ix.never, full[len(rc):]); hit {
+		if gi, hit := neverMatchComps(globs, full[len(rc):]); hit {
 			return gi, true
 		}
 	}

@@ -23,6 +23,8 @@ type toolIndex struct {
 	patterns    []cmdPattern
 	refuseLinks bool   // Tool.RefusesHardLinks
 	linksKey    string // "tools.NAME.hard_links": the rule of a refused hard link
+
+	when *whenIndex // approval_when (approval_scale.go)
 }
 
 type glob struct {
@@ -227,6 +229,7 @@ func buildIndex(name string, t *Tool) *toolIndex {
 		ix.commandKeys = append(ix.commandKeys, key+".commands["+strconv.Itoa(i)+"]")
 	}
 	ix.patterns = compilePatterns(t)
+	ix.when = compileWhen(t)
 	return ix
 }
 

@@ -108,6 +108,10 @@ type Tool struct {
 	MaxOpenFiles int64 `json:"max_open_files,omitempty" toml:"max_open_files"`
 	// ApprovalTimeoutMS bounds how long a call waits for a human.
 	ApprovalTimeoutMS int64 `json:"approval_timeout_ms,omitempty" toml:"approval_timeout_ms"`
+	// Approvers and ApprovalWhen: how many distinct approver principals
+	// approve one call, and which calls wait at all (approval_scale.go).
+	Approvers    int           `json:"approvers,omitempty" toml:"approvers"`
+	ApprovalWhen *ApprovalWhen `json:"approval_when,omitempty" toml:"approval_when"`
 	// Mode is which write modes calls may use: create, overwrite or
 	// create_or_overwrite (all; the default).
 	Mode api.WriteMode `json:"mode,omitempty" toml:"mode"`
@@ -411,6 +415,7 @@ var validators = []func(*Manifest) error{
 	validateBudgets,
 	validateTools,
 	validateRedact,
+	validateApprovers,
 }
 
 func validateTop(m *Manifest) error {
@@ -523,7 +528,7 @@ func validateTools(m *Manifest) error {
 // message names the key and the fix.
 type validator func(key string, t *Tool) error
 
-var commonValidators = []validator{validateDescription, validateMaxBytes, validateApproval, validateNever, validateHardLinks}
+var commonValidators = []validator{validateDescription, validateMaxBytes, validateApproval, validateApprovalScale, validateNever, validateHardLinks}
 
 // validateTool runs the common validators, then the operation's own, then
 // refuses keys of other operations.

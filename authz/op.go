@@ -76,6 +76,9 @@ type Op struct {
 	// daemon's half adds what needs the kernel or the parked body (the
 	// file as it is now, a diff, the body itself).
 	show func(t *Tool, a OpArgs, ch *api.ApprovalChange)
+	// when matches the operation's calls against a tool's approval_when
+	// (approval_scale.go); nil: it takes none, and every call waits.
+	when *whenMatcher
 	// net authorizes a network operation's args under the tool's policy
 	// into the request it sends (fetch: its hosts and headers; post: its
 	// webhooks): NetTarget, once per resolution, and Decide for a request

@@ -26,6 +26,7 @@ var opDelete = Op{
 	Hints:    api.ToolHints{Destructive: true},
 	Keys:     []string{"roots"},
 	Targets:  pathTarget(ResolveParent, func(a *DeleteArgs) *string { return a.Path }),
+	when:     whenPaths,
 	Effects:  true,
 	validate: []validator{validateRoots},
 	// An approver sees the path; the daemon adds the file as it is now.

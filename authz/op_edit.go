@@ -33,6 +33,7 @@ var opEdit = Op{
 	Hints:    api.ToolHints{Destructive: true},
 	Keys:     []string{"roots"},
 	Targets:  pathTarget(ResolveParent, func(a *EditArgs) *string { return a.Path }),
+	when:     whenPaths,
 	Effects:  true,
 	Binds:    true,
 	validate: []validator{validateRoots},

@@ -33,6 +33,7 @@ var opExecute = Op{
 	// The one target is the argv: the arguments the commands' path
 	// elements could match, resolved beneath each element's roots.
 	Targets: []Target{{Name: "argv", Resolve: ResolveArgs}},
+	when:    whenCommands,
 	// Effects only with egress: without it a command reaches nothing
 	// outside its sandbox; its mounts are read-only, and what it writes
 	// stays in its scratch layer until a changeset's commit, which has a

@@ -48,6 +48,7 @@ var opList = Op{
 	Hints:    api.ToolHints{ReadOnly: true, Idempotent: true},
 	Keys:     []string{"roots"},
 	Targets:  pathTarget(ResolveExisting, func(a *ListArgs) *string { return a.Path }),
+	when:     whenPaths,
 	validate: []validator{validateRoots},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var la api.ListArgs

@@ -27,6 +27,7 @@ var opMkdir = Op{
 	Hints:    api.ToolHints{Idempotent: true},
 	Keys:     []string{"roots", "dir_mode"},
 	Targets:  pathTarget(ResolveParent, func(a *MkdirArgs) *string { return a.Path }),
+	when:     whenPaths,
 	Effects:  true,
 	validate: []validator{validateRoots, validateDirMode},
 	decode: func(t *Tool, raw []byte, a *Args) error {

@@ -51,6 +51,7 @@ var opMove = Op{
 	Hints:    api.ToolHints{Destructive: true},
 	Keys:     []string{"roots"},
 	Targets:  moveTargets,
+	when:     whenPaths,
 	Effects:  true,
 	validate: []validator{validateRoots},
 	decode: func(t *Tool, raw []byte, a *Args) error {

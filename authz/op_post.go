@@ -37,6 +37,7 @@ var opPost = Op{
 	Hints:    api.ToolHints{},
 	Keys:     []string{"webhooks", "max_request_bytes", "schemes", "insecure_allow_private", "timeout_ms", "credentials"},
 	Targets:  urlTarget(func(a *PostArgs) *string { return a.URL }),
+	when:     whenURLs,
 	net:      authorizePost,
 	Effects:  true,
 	Binds:    true,

@@ -65,6 +65,7 @@ var opRead = Op{
 	Hints:    api.ToolHints{ReadOnly: true, Idempotent: true},
 	Keys:     []string{"roots"},
 	Targets:  pathTarget(ResolveExisting, func(a *ReadArgs) *string { return a.Path }),
+	when:     whenPaths,
 	validate: []validator{validateRoots},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var ra api.ReadArgs

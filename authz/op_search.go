@@ -175,6 +175,7 @@ var opSearch = Op{
 	Hints:    api.ToolHints{ReadOnly: true, Idempotent: true},
 	Keys:     []string{"roots"},
 	Targets:  pathTarget(ResolveExisting, func(a *SearchArgs) *string { return a.Path }),
+	when:     whenPaths,
 	validate: []validator{validateRoots},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		var sa api.SearchArgs

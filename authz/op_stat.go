@@ -25,6 +25,7 @@ var opStat = Op{
 	Hints:    api.ToolHints{ReadOnly: true, Idempotent: true},
 	Keys:     []string{"roots"},
 	Targets:  pathTarget(ResolveExisting, func(a *StatArgs) *string { return a.Path }),
+	when:     whenPaths,
 	validate: []validator{validateRoots},
 	decode: func(t *Tool, raw []byte, a *Args) error {
 		p, err := decodePath(raw, a)

@@ -42,6 +42,7 @@ var opWrite = Op{
 	Hints:    api.ToolHints{Destructive: true},
 	Keys:     []string{"roots", "mode", "file_mode"},
 	Targets:  pathTarget(ResolveParent, func(a *WriteArgs) *string { return a.Path }),
+	when:     whenPaths,
 	Effects:  true,
 	Binds:    true,
 	validate: []validator{validateRoots, validateWriteMode},

@@ -219,8 +219,16 @@ func (c *Client) Approvals(ctx context.Context) (*api.Approvals, error) {
 
 // Decide approves or denies a parked call (approvers only).
 func (c *Client) Decide(ctx context.Context, approvalID string, approve bool, note string) (*api.ApprovalOutcome, error) {
+	return c.DecideWith(ctx, approvalID, api.ApprovalDecision{Approve: approve, Note: note})
+}
+
+// DecideWith is Decide with a whole decision: an approval may carry a
+// grant (later calls of the same tool, principal and task run without
+// approval for some minutes). With a tool's approvers N, an approval
+// that is not the N-th comes back Waiting.
+func (c *Client) DecideWith(ctx context.Context, approvalID string, d api.ApprovalDecision) (*api.ApprovalOutcome, error) {
 	var o api.ApprovalOutcome
-	return &o, c.getJSON(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(approvalID), api.ApprovalDecision{Approve: approve, Note: note}, &o)
+	return &o, c.getJSON(ctx, http.MethodPost, "/v1/approvals/"+url.PathEscape(approvalID), d, &o)
 }
 
 // CancelTask cancels a task: its calls in flight end task_cancelled, and

@@ -27,6 +27,10 @@ type approvals struct {
 	max   int
 	n     map[string]int
 	spill *spill.Store // set by openSpill, before the socket is served
+	// grants are what approvers granted with approvals (grants.go); now
+	// is their clock (Config.approvalClock in tests).
+	grants grantSet
+	now    func() time.Time
 }
 
 // parked is one waiting call. An approval is the call itself: bound to
@@ -44,6 +48,19 @@ type parked struct {
 	// shown is what GET /v1/approvals shows, copied when the call parks:
 	// an approved call goes on to change its own fields.
 	shown parkedView
+	// need is how many distinct approver principals must approve the
+	// call (the tool's approvers); grantable says an approval of it may
+	// grant later calls (it waits before it runs: approval "human").
+	need      int
+	grantable bool
+	// mu orders the votes on the call (approvals_scale.go): each is
+	// recorded before it counts; the one that completes or denies it
+	// takes it and sets ended. approvedBy and notes are the approvals
+	// counted so far.
+	mu         sync.Mutex
+	ended      bool
+	approvedBy []string
+	notes      []string
 }
 
 // parkedView is a parked call as the approvals list shows it.
@@ -63,6 +80,8 @@ type parkedView struct {
 type approvalVerdict struct {
 	approve bool
 	note    string
+	by      string // the approver whose vote decided it
+	grant   string // the grant that approval made, if any
 }
 
 // DefaultMaxParked is how many calls one principal may have waiting for
@@ -70,11 +89,14 @@ type approvalVerdict struct {
 // enough that one agent cannot fill the list (or the disk) for everyone.
 const DefaultMaxParked = 16
 
-func newApprovals(max int) *approvals {
+func newApprovals(max int, now func() time.Time) *approvals {
 	if max <= 0 {
 		max = DefaultMaxParked
 	}
-	return &approvals{byID: map[string]*parked{}, max: max, n: map[string]int{}}
+	if now == nil {
+		now = time.Now
+	}
+	return &approvals{byID: map[string]*parked{}, max: max, n: map[string]int{}, now: now}
 }
 
 // openSpill opens STATE_DIR/parked, removing what an earlier run left
@@ -128,6 +150,14 @@ func (a *approvals) take(id string) *parked {
 	return pk
 }
 
+// get returns a parked call without taking it (a vote that does not
+// decide it yet leaves it parked).
+func (a *approvals) get(id string) *parked {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.byID[id]
+}
+
 func (a *approvals) list() []*parked {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -156,9 +186,13 @@ func newApprovalID() string { return "a-" + strings.TrimPrefix(newCallID(), "c-"
 // it is read back and must hash to what was spilled (and a write's
 // content to the digest the approver saw) before it is decided again.
 func (c *call) awaitApproval(em emitter) bool {
+	if c.applyGrant() {
+		return true // a grant covers it: decided again as approved, it runs now
+	}
 	id := newApprovalID()
 	timeout := time.Duration(c.tool.EffectiveApprovalTimeoutMS()) * time.Millisecond
-	pk := &parked{id: id, c: c, expires: time.Now().Add(timeout), verdict: make(chan approvalVerdict, 1)}
+	pk := &parked{id: id, c: c, expires: time.Now().Add(timeout), verdict: make(chan approvalVerdict, 1),
+		need: c.tool.EffectiveApprovers(), grantable: true}
 	// Bounded pending work: at most --max-parked calls per principal wait
 	// at once; beyond that the call is denied busy, and recorded so.
 	principal := c.areq.Principal
@@ -210,6 +244,7 @@ func (c *call) awaitApproval(em emitter) bool {
 	// Parked before it is announced: an approver quick enough to act on
 	// the pending event must find it.
 	c.d.approvals.park(pk)
+	c.d.announceParked(pk)
 	em.decision(api.DecisionEvent{Event: api.EventDecision, CallID: c.id, Verdict: api.VerdictPending,
 		Reason: api.ReasonApprovalRequired, ApprovalID: id, ExpiresAt: pk.expires.UTC().Format(time.RFC3339Nano)})
 	c.d.log.Info("call waiting for approval", "approval_id", id, "call_id", c.id, "tool", c.req.Tool,
@@ -276,6 +311,7 @@ func (c *call) waitVerdict(pk *parked, timeout time.Duration, before func()) (v 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	detail := ""
+	defer func() { c.d.announceDecided(pk, v, ended) }()
 	select {
 	case v = <-pk.verdict:
 		return v, ""
@@ -285,7 +321,9 @@ func (c *call) waitVerdict(pk *parked, timeout time.Duration, before func()) (v 
 		ended, detail = c.endReason(), "withdrawn while waiting: "+context.Cause(c.ctx).Error()
 	}
 	if c.d.approvals.take(pk.id) == nil {
-		return <-pk.verdict, "" // an approver took it at the last moment
+		v = <-pk.verdict // an approver took it at the last moment
+		ended = ""
+		return v, ""
 	}
 	if before != nil {
 		before()
@@ -367,84 +405,7 @@ func (d *Daemon) handleApprovals(w http.ResponseWriter, r *http.Request, peer Pe
 		v := &pk.shown
 		out.Approvals = append(out.Approvals, api.Approval{ApprovalID: pk.id, CallID: v.callID, Principal: v.principal,
 			Tool: v.tool, Args: v.args, Task: v.task, ExpiresAt: pk.expires.UTC().Format(time.RFC3339Nano),
-			Change: d.approvalChange(r.Context(), p, pk)})
+			Change: d.approvalChange(r.Context(), p, pk), Approvers: pk.need, ApprovedBy: pk.approved()})
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func (d *Daemon) handleApprovalDecide(w http.ResponseWriter, r *http.Request, peer Peer, id string) {
-	name, ok := d.approver(w, peer)
-	if !ok {
-		return
-	}
-	body, status, err := readBody(w, r, 64<<10)
-	if err != nil {
-		writeError(w, status, api.ErrBadRequest, err.Error())
-		return
-	}
-	var req struct {
-		Approve *bool   `json:"approve"`
-		Note    *string `json:"note"`
-	}
-	if err := strictDecode(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, api.ErrBadRequest, describeJSONError("", err).Error())
-		return
-	}
-	if req.Approve == nil {
-		writeError(w, http.StatusBadRequest, api.ErrBadRequest, "approve: required (true or false)")
-		return
-	}
-	note := ""
-	if req.Note != nil {
-		note = *req.Note
-	}
-	if len(note) > maxNote {
-		writeError(w, http.StatusBadRequest, api.ErrBadRequest, "note: longer than 1024 bytes")
-		return
-	}
-	pk := d.approvals.take(id)
-	if pk == nil {
-		writeError(w, http.StatusConflict, api.ErrConflict, "no call waits under approval id "+id+" (decided, expired, withdrawn or unknown)")
-		return
-	}
-	c := pk.c
-	verdict := api.VerdictDeny
-	if *req.Approve {
-		verdict = api.VerdictAllow
-	}
-	p := d.acquire()
-	rec := &audit.Record{Kind: audit.KindApproval, ApprovalID: id, CallID: c.id,
-		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID, Cgroup: peer.Cgroup},
-		Task:      c.req.Task, Tool: c.req.Tool, Args: c.argsRecord, Verdict: verdict, Detail: note, PolicyVersion: p.m.Version}
-	p.release()
-	seq, err := d.ledger.Append(rec)
-	if err == nil {
-		err = d.ledger.Sync(seq)
-	}
-	if err != nil {
-		// Fail closed: an approval that cannot be recorded is a denial.
-		d.log.Error("audit approval failed; denying the call", "err", err, "approval_id", id)
-		pk.verdict <- approvalVerdict{approve: false} // no approver's note: none was recorded
-		writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable, "the audit ledger cannot be written; the call was denied")
-		return
-	}
-	pk.verdict <- approvalVerdict{approve: *req.Approve, note: note}
-	d.log.Info("approval decided", "approval_id", id, "call_id", c.id, "approver", name, "approved", *req.Approve)
-	writeJSON(w, http.StatusOK, api.ApprovalOutcome{ApprovalID: id, CallID: c.id, Approved: *req.Approve})
-}
-
-// warnSelfApproval logs each approver principal that may itself call a
-// tool needing approval: it could approve its own calls.
-func warnSelfApproval(m *authz.Manifest, log interface {
-	Warn(msg string, args ...any)
-}) {
-	for _, tn := range m.ToolNamesAll() {
-		if m.Tools[tn].Approval != api.ApprovalHuman {
-			continue
-		}
-		for _, pn := range m.ApproversWhoMayCall(tn) {
-			log.Warn("an approver principal may call a tool that needs approval: it could approve its own calls",
-				"principal", pn, "tool", tn)
-		}
-	}
 }

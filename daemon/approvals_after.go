@@ -28,11 +28,13 @@ func (c *call) awaitApprovalAfterRun(change *api.ApprovalChange, pending func(id
 		return api.ReasonAuditUnavailable
 	}
 	timeout := time.Duration(c.tool.EffectiveApprovalTimeoutMS()) * time.Millisecond
-	pk := &parked{id: id, c: c, expires: time.Now().Add(timeout), verdict: make(chan approvalVerdict, 1)}
+	pk := &parked{id: id, c: c, expires: time.Now().Add(timeout), verdict: make(chan approvalVerdict, 1),
+		need: c.tool.EffectiveApprovers()}
 	pk.shown = parkedView{callID: c.id, principal: principal, tool: c.req.Tool, task: c.req.Task, args: c.argsRecord,
 		t: c.tool, change: change}
 	c.approvalID = id
 	c.d.approvals.park(pk)
+	c.d.announceParked(pk)
 	c.d.log.Info("call waiting for approval after it ran", "approval_id", id, "call_id", c.id, "tool", c.req.Tool,
 		"principal", principal, "expires_in", timeout.String())
 	v, ended := c.waitVerdict(pk, timeout, nil)

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
-	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
@@ -101,9 +100,10 @@ func BenchmarkApprovalRoundTrip(b *testing.B) {
 	fx := escapetest.Build(b)
 	m := filepath.Join(fx.Base, "approve-bench.json")
 	testutil.Must(b, os.WriteFile(m, []byte(`{"schema_version":1,"tools":{"ask":{"operation":"read","roots":["workspace/src"],"approval":"human"}}}`), 0o644))
-	agent := startB(b, m) // no principals: local (uid 0) calls and approves
-	approver := client.New(agent.Socket)
-	defer approver.Close()
+	approver := startB(b, m) // no principals: every peer is local, and uid 0 approves
+	// The agent is another uid: nobody approves a call of its own.
+	agent := clientAs(approver.Socket, agentUID)
+	defer agent.Close()
 	req := api.CallRequest{Tool: "ask", Args: json.RawMessage(`{"path":"workspace/src/a.py"}`)}
 	for i := 0; i < b.N; i++ {
 		res, err := agent.Stream(context.Background(), req, func(ev api.Event) error {

@@ -114,6 +114,9 @@ type Config struct {
 	// tokenNow, if set, is the delegation tokens' clock (tests expire
 	// tokens without sleeping).
 	tokenNow func() time.Time
+	// approvalClock, if set, is the clock grants expire by (tests move
+	// it instead of sleeping; approvals_scale.go).
+	approvalClock func() time.Time
 }
 
 // Lifecycle defaults.
@@ -268,7 +271,7 @@ func Run(ctx context.Context, cfg Config) error {
 	base, stopCalls := context.WithCancelCause(context.Background())
 	defer stopCalls(nil)
 	d.calls, d.stopCalls = newRegistry(base, cfg.TaskTTL), stopCalls
-	d.approvals = newApprovals(cfg.MaxParked)
+	d.approvals = newApprovals(cfg.MaxParked, cfg.approvalClock)
 	d.caches = newCacheSet()
 	d.events = transport.NewHub()
 	d.tokens = newTokenStore(cfg.tokenNow)

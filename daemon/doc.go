@@ -33,7 +33,7 @@
 //	pipeline:   pipeline.go request.go registry.go resolve.go targets.go present.go source.go reasons.go admit.go ratelimit.go wirejson.go ids.go schema.go budget.go tokens.go tokens_roots.go redact.go
 //	table:      ops.go
 //	operations: op_*.go writes.go exec_egress.go exec_args.go exec_changeset.go exec_cache.go
-//	approvals:  approvals.go spill_change.go approvals_after.go
+//	approvals:  approvals.go spill_change.go approvals_after.go approvals_scale.go
 //	recovery:   recover.go
 //	policy:     policy.go check.go
 //	metrics:    metrics.go

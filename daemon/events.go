@@ -18,7 +18,9 @@ import (
 // client's GET /v1/tools and its subscription is not missed; then one
 // "policy_loaded" per successful reload. A follower that falls
 // transport.EventBuffer events behind gets a "dropped" line and the stream ends; at
-// shutdown the stream ends. Any principal of the manifest may follow it
+// shutdown the stream ends. An approver principal's stream also carries
+// approval_parked and approval_decided (approvals_scale.go); no other
+// follower's does. Any principal of the manifest may follow it
 // (it reveals only the policy version, which /v1/health shows everyone);
 // a uid that is no principal may not, so that local users the manifest
 // does not name cannot take the followers' slots from those it does
@@ -26,6 +28,13 @@ import (
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, peer Peer) {
 	p := d.acquire()
 	known, answered := d.eventsToken(w, r, peer, p.m)
+	// Approval events go to an approver's own stream, never to a
+	// delegation token's.
+	approver := false
+	if known && !answered && r.Header.Get("Authorization") == "" {
+		name, _ := p.m.Identify(callerOf(peer))
+		approver = p.m.IsApprover(name, peer.UID)
+	}
 	p.release()
 	if answered {
 		return
@@ -34,7 +43,7 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, peer Peer)
 		writeError(w, http.StatusForbidden, api.ErrForbidden, fmt.Sprintf("uid %d is not a principal of the manifest: it may not follow events", peer.UID))
 		return
 	}
-	s, err := d.events.Subscribe(peer.UID)
+	s, err := d.events.SubscribeAs(peer.UID, approver)
 	if err == transport.ErrClosed {
 		writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable, "sluiced is shutting down")
 		return
@@ -68,6 +77,9 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request, peer Peer)
 					send(api.DaemonEvent{Event: api.DaemonEventDropped, Message: "this follower fell behind and was dropped; subscribe again"})
 				}
 				return
+			}
+			if ev.Approval != nil && !d.stillApprover(peer) {
+				continue // a reload took its approver rights away
 			}
 			if !send(ev) {
 				return

@@ -318,7 +318,10 @@ func TestChangesetApproval(t *testing.T) {
 		go func() {
 			a, _ := json.Marshal(map[string]any{"argv": []string{"sh", "-c", script}})
 			body, _ := json.Marshal(api.CallRequest{Tool: "fmt", Args: a})
-			_, b, err := h.c.CallRaw(context.Background(), body)
+			// Another uid than the approver's: nobody approves their own call.
+			agent := clientAs(h.socket, agentUID)
+			defer agent.Close()
+			_, b, err := agent.CallRaw(context.Background(), body)
 			var res api.CallResult
 			if err == nil {
 				err = json.Unmarshal(b, &res)

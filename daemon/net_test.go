@@ -259,7 +259,10 @@ func TestPostApprovedAndAdversarialChain(t *testing.T) {
 		done := make(chan *api.CallResult, 1)
 		go func() {
 			a, _ := json.Marshal(map[string]any{"url": fmt.Sprintf("http://localhost:%d/hooks/alerts", up.port), "body": body})
-			r, _ := h.c.Call(context.Background(), api.CallRequest{Tool: "notify", Args: a})
+			// Another uid than the approver's: nobody approves their own call.
+			agent := clientAs(h.socket, agentUID)
+			defer agent.Close()
+			r, _ := agent.Call(context.Background(), api.CallRequest{Tool: "notify", Args: a})
 			done <- r
 		}()
 		list := waitListed(t, h, 1)

@@ -420,7 +420,7 @@ func (c *call) auditDecision() (uint64, error) {
 	rec := &audit.Record{
 		Kind: audit.KindDecision, CallID: c.id, Principal: c.principalRecord(), Task: c.req.Task,
 		Tool: c.req.Tool, Args: c.argsRecord, Verdict: c.dec.WireVerdict(), Reason: c.dec.Reason,
-		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version, ApprovalID: c.approvalID, Token: c.tokenRef(),
+		Rule: c.dec.Rule, PolicyVersion: c.p.m.Version, ApprovalID: c.approvalID, Token: c.tokenRef(), Grant: c.grantID,
 	}
 	if c.tool != nil {
 		rec.Operation = c.tool.Operation

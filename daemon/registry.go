@@ -73,7 +73,9 @@ func (g *registry) begin(d *Daemon, p *policy, peer Peer, dc *decoded, start tim
 		ts.calls[c] = struct{}{}
 		ts.lastUsed = g.now()
 		c.gen = ts.gen
-		if !ts.cancelled.IsZero() {
+		// Cancelled for the TTL, as cancelled() and current() see it:
+		// once it has passed, the task id may be used again.
+		if !ts.cancelled.IsZero() && g.now().Sub(ts.cancelled) <= g.ttl {
 			stop(errTaskCancelled)
 		}
 	}

@@ -50,6 +50,9 @@ type decoded struct {
 	// approvalNote is the note of the approver who decided the call
 	// (approvals.go), for its result (api.CallResult.ApprovalNote).
 	approvalNote string
+	// grantID is the grant that let the call run without waiting for
+	// approval (approvals_scale.go); its decision record names it.
+	grantID string
 }
 
 // decodeCall parses a /v1/calls body under manifest m. Type errors and

@@ -51,8 +51,8 @@ var (
 	errTokenWrongPeer = errors.New("token presented by a peer uid it is not bound to")
 )
 
-// grant is one minted token: everything but its secret.
-type grant struct {
+// tokenGrant is one minted token: everything but its secret.
+type tokenGrant struct {
 	id, minter, subject string
 	tools               []string
 	roots               []string // cleaned, relative to base
@@ -74,8 +74,8 @@ type tokenStore struct {
 	now      func() time.Time
 
 	mu     sync.Mutex
-	byHash map[[sha256.Size]byte]*grant
-	byID   map[string]*grant
+	byHash map[[sha256.Size]byte]*tokenGrant
+	byID   map[string]*tokenGrant
 }
 
 func newTokenStore(now func() time.Time) *tokenStore {
@@ -85,12 +85,12 @@ func newTokenStore(now func() time.Time) *tokenStore {
 	var b [8]byte
 	rand.Read(b[:])
 	return &tokenStore{instance: hex.EncodeToString(b[:]), now: now,
-		byHash: map[[sha256.Size]byte]*grant{}, byID: map[string]*grant{}}
+		byHash: map[[sha256.Size]byte]*tokenGrant{}, byID: map[string]*tokenGrant{}}
 }
 
 // mint stores g under a fresh secret and returns the token, which is
 // shown this once. g's id, hash and times are filled here.
-func (s *tokenStore) mint(g *grant, ttl time.Duration) (string, error) {
+func (s *tokenStore) mint(g *tokenGrant, ttl time.Duration) (string, error) {
 	var secret [tokenSecretBytes]byte
 	rand.Read(secret[:])
 	sec := hex.EncodeToString(secret[:])
@@ -128,7 +128,7 @@ func (s *tokenStore) gcLocked(now time.Time) {
 	}
 }
 
-func (s *tokenStore) dropLocked(id string, g *grant) {
+func (s *tokenStore) dropLocked(id string, g *tokenGrant) {
 	g.revoked = true
 	delete(s.byID, id)
 	delete(s.byHash, g.hash)
@@ -138,7 +138,7 @@ func (s *tokenStore) dropLocked(id string, g *grant) {
 // A token of another daemon, an unknown, expired or revoked one, or one
 // bound to another uid is an error (its grant is returned when known, for
 // the record).
-func (s *tokenStore) authenticate(tok string, uid uint32) (*grant, error) {
+func (s *tokenStore) authenticate(tok string, uid uint32) (*tokenGrant, error) {
 	rest, ok := strings.CutPrefix(tok, api.TokenPrefix)
 	if !ok {
 		return nil, errTokenMalformed
@@ -165,13 +165,13 @@ func (s *tokenStore) authenticate(tok string, uid uint32) (*grant, error) {
 
 // check says whether g may still be used by a peer of uid: not revoked,
 // not expired, and presented by the uid it is bound to.
-func (s *tokenStore) check(g *grant, uid uint32) error {
+func (s *tokenStore) check(g *tokenGrant, uid uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.checkLocked(g, uid)
 }
 
-func (s *tokenStore) checkLocked(g *grant, uid uint32) error {
+func (s *tokenStore) checkLocked(g *tokenGrant, uid uint32) error {
 	switch {
 	case g.revoked:
 		return errTokenRevoked
@@ -230,7 +230,7 @@ func (s *tokenStore) revokeTasks(keys []taskKey) []string {
 	return ids
 }
 
-func (g *grant) info() api.TokenInfo {
+func (g *tokenGrant) info() api.TokenInfo {
 	return api.TokenInfo{ID: g.id, Minter: g.minter, Subject: g.subject, Tools: g.tools, Roots: g.roots, Task: g.task,
 		PeerUID: g.peerUID, CreatedAt: g.created.UTC().Format(time.RFC3339Nano), ExpiresAt: g.expires.UTC().Format(time.RFC3339Nano)}
 }
@@ -266,8 +266,8 @@ func base32NoPad(b []byte) string {
 // tokenUse is the token a call presented. budgets and records key on its
 // id (tokenID).
 type tokenUse struct {
-	g   *grant // nil when the token was not known at all
-	err error  // why it is refused, nil while it is good
+	g   *tokenGrant // nil when the token was not known at all
+	err error       // why it is refused, nil while it is good
 	// peerName is the principal the peer itself maps to ("" for none):
 	// the records name it beside the token.
 	peerName string

@@ -110,14 +110,14 @@ func (d *Daemon) handleTokenCreate(w http.ResponseWriter, r *http.Request, peer 
 
 // checkTokenRequest validates a mint request of minter under the policy,
 // in order: its shape (400), then that it only narrows the minter (403).
-func (p *policy) checkTokenRequest(minter string, req *api.TokenRequest) (*grant, time.Duration, int, error) {
-	bad := func(format string, a ...any) (*grant, time.Duration, int, error) {
+func (p *policy) checkTokenRequest(minter string, req *api.TokenRequest) (*tokenGrant, time.Duration, int, error) {
+	bad := func(format string, a ...any) (*tokenGrant, time.Duration, int, error) {
 		return nil, 0, http.StatusBadRequest, fmt.Errorf(format, a...)
 	}
-	beyond := func(format string, a ...any) (*grant, time.Duration, int, error) {
+	beyond := func(format string, a ...any) (*tokenGrant, time.Duration, int, error) {
 		return nil, 0, http.StatusForbidden, fmt.Errorf(format+" (a token can only narrow its minter's rights)", a...)
 	}
-	g := &grant{minter: minter, subject: req.Subject, task: req.Task, peerUID: req.PeerUID}
+	g := &tokenGrant{minter: minter, subject: req.Subject, task: req.Task, peerUID: req.PeerUID}
 	switch {
 	case len(req.Tools) == 0:
 		return bad("tools: required: name the tools the token may call")

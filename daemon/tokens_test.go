@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,24 +24,6 @@ import (
 // subUID is the uid a sub-agent dials as in these tests: principal "sub",
 // which may call nothing of its own.
 const subUID = 4242
-
-// fakeClock is the tokens' clock in these tests: expiry without sleeps.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // tokenFixture is a workspace whose src/pkg is a token's root, with ways
 // out of it that stay inside the tool's root: a "..", a symlink to a
@@ -278,7 +259,7 @@ func TestTokenInvalid(t *testing.T) {
 	// Expiry.
 	exp := h.mint(api.TokenRequest{Tools: []string{"read_file"}, TTLSeconds: 60})
 	ok(h.as(exp.Token, -1), "fresh")
-	clk.advance(61 * time.Second)
+	clk.add(61 * time.Second)
 	invalid(h.as(exp.Token, -1), "expired")
 	if _, err := h.as(exp.Token, -1).Tools(ctx); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("tools with an expired token: %v", err)

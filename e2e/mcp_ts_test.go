@@ -19,8 +19,9 @@ import (
 )
 
 // mcpTSManifest is served to the TypeScript client; the caller (root) is
-// an approver that may call every tool, so the client approves and
-// reloads with the same binary.
+// an approver that may call every tool, so the client reloads with the
+// same binary; it approves as ops (uid 65534), since nobody approves a
+// call of its own principal.
 func mcpTSManifest(base, extra string) string {
 	// "run" sleeps after its last line: the TypeScript SDK runs a
 	// progress notification's handler in a microtask but a response's at
@@ -29,7 +30,7 @@ func mcpTSManifest(base, extra string) string {
 	// apart) is dropped by the client. The result carries the whole
 	// output either way; the test is of progress while a command runs.
 	return `{"schema_version":1,"base":"` + base + `",
-	  "principals":{"me":{"uids":[0],"approver":true,"tools":["*"]}},
+	  "principals":{"me":{"uids":[0],"approver":true,"tools":["*"]},"ops":{"uids":[65534],"approver":true,"tools":[]}},
 	  "tools":{
 	    "read_file":{"operation":"read","roots":["workspace/src"],"never":[".env","*.pem","private/**"],"max_bytes":64},
 	    "write_file":{"operation":"write","roots":["workspace/src"]},
@@ -72,10 +73,12 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	next := writeFile(t, t.TempDir(), "next.json", mcpTSManifest(fx.Base,
 		`,"read_tests":{"operation":"read","roots":["workspace/tests"]}`))
 	d := startOwnDaemon(t, m)
+	openSocket(t, d)
+	approver := agentCLI(t, d.socket).Path // a copy uid 65534 may run
 
 	cmd := exec.Command(node, filepath.Join(dir, "client.mjs"))
 	cmd.Env = append(os.Environ(), "SLUICE_BIN="+filepath.Join(binDir, "sluice"), "SLUICE_SOCKET="+d.socket,
-		"SLUICE_MANIFEST="+m, "SLUICE_MANIFEST_NEXT="+next)
+		"SLUICE_MANIFEST="+m, "SLUICE_MANIFEST_NEXT="+next, "SLUICE_APPROVER_BIN="+approver)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -347,6 +347,9 @@ type Structured struct {
 	// untrusted data (docs/api.md, "Provenance: source"); also in the
 	// result's _meta under SourceMetaKey.
 	Source *api.Source `json:"source,omitempty"`
+	// ApprovalNote is what the approver said deciding the call, approved
+	// or denied (also in the text).
+	ApprovalNote string `json:"approval_note,omitempty"`
 }
 
 // SourceMetaKey is the _meta key of a result's source. MCP reserves
@@ -379,7 +382,8 @@ const outputSchema = `{"type":"object",
     "url":{"type":"string","description":"a fetch's or post's final URL after redirects, query values as digests"},
     "sha256":{"type":"string","description":"the content's digest, where known"},
     "policy_version":{"type":"string"},"call_id":{"type":"string"},
-    "untrusted":{"type":"boolean","const":true}},"required":["tool","operation","policy_version","call_id","untrusted"]}},
+    "untrusted":{"type":"boolean","const":true}},"required":["tool","operation","policy_version","call_id","untrusted"]},
+  "approval_note":{"type":"string","description":"what the human approver said deciding this call"}},
  "required":["verdict","reason","ok","truncated","bytes","call_id"]}`
 
 // handler forwards one tools/call of tool to POST /v1/calls, streamed.
@@ -503,7 +507,7 @@ func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) st
 	out := &sdk.CallToolResult{IsError: !res.OK, Content: []sdk.Content{}, StructuredContent: Structured{
 		Verdict: res.Verdict, Reason: res.Reason, OK: res.OK, Truncated: res.Truncated, Bytes: res.Bytes,
 		ExitCode: res.ExitCode, CallID: res.CallID, SHA256: res.SHA256, HTTPStatus: res.HTTPStatus,
-		Changes: res.Changes, Committed: res.Committed, Dropped: res.Dropped, Source: res.Source,
+		Changes: res.Changes, Committed: res.Committed, Dropped: res.Dropped, Source: res.Source, ApprovalNote: res.ApprovalNote,
 	}}
 	if res.Source != nil {
 		// Beside structuredContent, where a client that keeps tool output
@@ -569,6 +573,12 @@ func toolResult(res *api.CallResult, stdout, stderr []byte, text func(string) st
 			status = append(status, "ok")
 		}
 		out.Content = append(out.Content, &sdk.TextContent{Text: "[sluice: " + strings.Join(status, "; ") + "]"})
+	}
+	if res.ApprovalNote != "" {
+		// The human who approved it may have said something the agent
+		// should heed ("this once; use staging next time"): last, apart
+		// from the output.
+		out.Content = append(out.Content, &sdk.TextContent{Text: "The approver's note: " + res.ApprovalNote})
 	}
 	return out
 }

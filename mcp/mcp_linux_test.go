@@ -480,7 +480,8 @@ func testBridge(t *testing.T, stdio bool, proto string) {
 			t.Fatalf("approve %s: %v", id, err)
 		}
 		o := <-done
-		if o.err != nil || o.res.IsError || texts(o.res) != "print('hello')\n" {
+		if o.err != nil || o.res.IsError || texts(o.res) != "print('hello')\nThe approver's note: ok from the test" ||
+			structured(t, o.res).ApprovalNote != "ok from the test" {
 			t.Fatalf("approved call: %+v %v", o.res, o.err)
 		}
 	})

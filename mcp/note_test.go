@@ -9,9 +9,9 @@ import (
 	"github.com/sluicehq/sluice/api"
 )
 
-// TestApprovalNoteInText: the approver's note on a denied call reaches
-// the agent in the call's text (an approved call's text is its output
-// alone, as before).
+// TestApprovalNoteInText: the approver's note reaches the agent in the
+// call's text, denied or approved (after the output, apart from it), and
+// in structuredContent.
 func TestApprovalNoteInText(t *testing.T) {
 	id := func(s string) string { return s }
 	for _, c := range []struct {
@@ -23,7 +23,8 @@ func TestApprovalNoteInText(t *testing.T) {
 		{api.CallResult{Verdict: api.VerdictDeny, Reason: api.ReasonApprovalDenied},
 			"sluice denied this call: approval_denied"},
 		{api.CallResult{Verdict: api.VerdictAllow, Reason: api.ReasonAllowed, OK: true, ApprovalNote: "ok this once"},
-			"hi"},
+			"hi\nThe approver's note: ok this once"},
+		{api.CallResult{Verdict: api.VerdictAllow, Reason: api.ReasonAllowed, OK: true}, "hi"},
 	} {
 		res := toolResult(&c.res, []byte("hi"), nil, id)
 		var text []string
@@ -32,6 +33,9 @@ func TestApprovalNoteInText(t *testing.T) {
 		}
 		if got := strings.Join(text, "\n"); got != c.want {
 			t.Errorf("%+v:\n got %q\nwant %q", c.res, got, c.want)
+		}
+		if st := res.StructuredContent.(Structured); st.ApprovalNote != c.res.ApprovalNote {
+			t.Errorf("%+v: structuredContent's approval_note %q", c.res, st.ApprovalNote)
 		}
 	}
 }

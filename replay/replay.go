@@ -69,6 +69,7 @@ var runtimeReasons = map[api.Reason]bool{
 func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 	rep := &Report{Changes: []Change{}}
 	approved := map[string]bool{} // approval id -> an approver approved it
+	granted := map[string]bool{}  // grant id -> an approver granted it
 	var recs []*audit.Record
 	err := audit.Read(r, func(rec *audit.Record) error {
 		switch rec.Kind {
@@ -76,6 +77,8 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 			if rec.Verdict == api.VerdictAllow && rec.Reason == "" {
 				approved[rec.ApprovalID] = true
 			}
+		case audit.KindGrant:
+			granted[rec.Grant] = true
 		case audit.KindDecision:
 			recs = append(recs, rec)
 		}
@@ -108,7 +111,8 @@ func Run(m *authz.Manifest, r io.Reader) (*Report, error) {
 			rep.Undecidable++
 			continue
 		}
-		req.Approved = rec.ApprovalID != "" && approved[rec.ApprovalID]
+		// A call a grant let run was approved by the grant's approver.
+		req.Approved = rec.ApprovalID != "" && approved[rec.ApprovalID] || rec.Grant != "" && granted[rec.Grant]
 		d := authz.Decide(m, req)
 		oldV, oldR := rec.Verdict, rec.Reason
 		newV, newR := d.WireVerdict(), d.Reason

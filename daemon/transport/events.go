@@ -28,6 +28,9 @@ type Follower struct {
 	ch      chan api.DaemonEvent // closed when dropped or at shutdown
 	dropped bool                 // set under Hub.mu before ch closes
 	uid     uint32
+	// approver: the follower was an approver principal when it
+	// subscribed; only such followers get PublishApprovers' events.
+	approver bool
 }
 
 // C is the follower's events; it is closed when the follower is dropped,
@@ -60,7 +63,11 @@ var ErrClosed = errors.New("sluiced is shutting down")
 
 // Subscribe adds a follower of peer uid: ErrClosed once the hub is
 // closed, ErrTooManyFollowers at a cap.
-func (h *Hub) Subscribe(uid uint32) (*Follower, error) {
+func (h *Hub) Subscribe(uid uint32) (*Follower, error) { return h.SubscribeAs(uid, false) }
+
+// SubscribeAs is Subscribe for a follower that is, or is not, an
+// approver principal (PublishApprovers).
+func (h *Hub) SubscribeAs(uid uint32, approver bool) (*Follower, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -73,7 +80,7 @@ func (h *Hub) Subscribe(uid uint32) (*Follower, error) {
 		h.perUID = map[uint32]int{}
 	}
 	h.perUID[uid]++
-	s := &Follower{ch: make(chan api.DaemonEvent, EventBuffer), uid: uid}
+	s := &Follower{ch: make(chan api.DaemonEvent, EventBuffer), uid: uid, approver: approver}
 	h.subs[s] = struct{}{}
 	return s, nil
 }
@@ -98,10 +105,20 @@ func (h *Hub) remove(s *Follower) {
 }
 
 // Publish hands ev to every follower without waiting for any.
-func (h *Hub) Publish(ev api.DaemonEvent) {
+func (h *Hub) Publish(ev api.DaemonEvent) { h.publish(ev, false) }
+
+// PublishApprovers hands ev to the followers that subscribed as approver
+// principals only (a parked call's principal, tool and task are theirs
+// to see, as GET /v1/approvals is).
+func (h *Hub) PublishApprovers(ev api.DaemonEvent) { h.publish(ev, true) }
+
+func (h *Hub) publish(ev api.DaemonEvent, approvers bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
+		if approvers && !s.approver {
+			continue
+		}
 		select {
 		case s.ch <- ev:
 		default:

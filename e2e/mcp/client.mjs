@@ -5,8 +5,9 @@
 //
 // Environment: SLUICE_BIN (the sluice binary), SLUICE_SOCKET, SLUICE_MANIFEST
 // (the manifest sluiced serves) and SLUICE_MANIFEST_NEXT (what a reload
-// puts in its place). The caller's uid is an approver, so approving and
-// reloading use the same binary.
+// puts in its place). The caller's uid is an approver, so reloading uses
+// the same binary; approving is done as ops, uid 65534, with
+// SLUICE_APPROVER_BIN (nobody approves a call of its own principal).
 import { execFileSync } from "node:child_process";
 import { copyFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -135,11 +136,13 @@ await run("approval", async () => {
     onprogress: (p) => {
       const m = /waiting for approval (\S+)/.exec(p.message || "");
       if (m && !approved) {
-        approved = execFileSync(bin, ["--socket", socket, "approve", m[1], "--note", "from the TypeScript e2e"]).toString();
+        approved = execFileSync(process.env.SLUICE_APPROVER_BIN, ["--socket", socket, "approve", m[1], "--note", "from the TypeScript e2e"],
+          { uid: 65534, gid: 65534 }).toString();
       }
     },
   });
-  return [approved !== null && !res.isError && text(res) === "print('hello')\n", { approved, res }];
+  return [approved !== null && !res.isError && text(res) === "print('hello')\nThe approver's note: from the TypeScript e2e" &&
+    res.structuredContent?.approval_note === "from the TypeScript e2e", { approved, res }];
 });
 
 await run("reload changes the list", async () => {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,10 +15,12 @@ import (
 
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/authz"
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/termsafe"
 )
 
 const approvalsHelp = `Usage: sluice approvals [--watch] [--json]
+       sluice approvals approve|deny ID [--note TEXT] [--grant DURATION]
 
 List the calls waiting for a human (approver principals only): approval
 id, who asked, the tool, its args (file bodies appear as digests) and when
@@ -26,10 +29,12 @@ it: a post's method, whole URL and body (the first 4 KiB, its size and
 sha256); a fetch's method and URL; a write's path, the file as it is now
 and a unified diff of the new content against it (binary or very large
 content: sizes and sha256 digests only); a delete's path and the file's
-size and digest; a command's argv. Decide one with "sluice approve ID" or
-"sluice deny ID". An approved write writes the content whose digest is
-shown, an approved post sends the body whose digest is shown; the file
-itself is checked again (its if_match) only when the write commits.
+size and digest; a command's argv. A tool with "approvers": N needs N
+distinct approver principals: the listing says how many have approved and
+who. Decide one with "sluice approve ID" or "sluice deny ID". An approved
+write writes the content whose digest is shown, an approved post sends the
+body whose digest is shown; the file itself is checked again (its
+if_match) only when the write commits.
 
 Everything shown comes from the agent. Control characters, escape
 sequences, bidi overrides, zero-width and other invisible characters and
@@ -38,11 +43,17 @@ invalid UTF-8 are never written to the terminal: they are shown escaped
   ! this change contains 3 control/invisible characters, shown escaped
 With no such line, every backslash shown is in the content itself.
 
-  --watch   keep listing: print each new waiting call as it arrives (Ctrl-C stops)
-  --json    print JSON (strings as the daemon sent them: not for a terminal)
+  --watch   keep following sluiced's events (GET /v1/events): print each
+            call as it starts waiting, and how each wait ends (approved,
+            denied, expired), as it happens (Ctrl-C stops)
+  --json    print JSON (strings as the daemon sent them: not for a terminal);
+            with --watch, one event a line
 `
 
 func (e *env) approvals(args []string) int {
+	if len(args) > 0 && (args[0] == "approve" || args[0] == "deny") {
+		return e.decide(args[0] == "approve", args[1:])
+	}
 	fs := flag.NewFlagSet("approvals", flag.ContinueOnError)
 	watch := fs.Bool("watch", false, "")
 	asJSON := fs.Bool("json", false, "")
@@ -56,59 +67,128 @@ func (e *env) approvals(args []string) int {
 	}
 	c := e.client()
 	defer c.Close()
+	if *watch {
+		return e.watchApprovals(c, *asJSON)
+	}
+	list, err := c.Approvals(e.ctx)
+	if err != nil {
+		return e.transportErr(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(list)
+		return ExitOK
+	}
+	if len(list.Approvals) == 0 {
+		fmt.Fprintln(e.stdout, "no calls are waiting for approval")
+		return ExitOK
+	}
+	printApprovals(e.stdout, list.Approvals, true)
+	return ExitOK
+}
+
+// watchApprovals follows GET /v1/events: the calls waiting when it
+// subscribes, then each approval_parked (the call as GET /v1/approvals
+// shows it) and approval_decided as it comes.
+func (e *env) watchApprovals(c *client.Client, asJSON bool) int {
 	seen := map[string]bool{}
-	for first := true; ; first = false {
+	header := true
+	fresh := func() error {
 		list, err := c.Approvals(e.ctx)
 		if err != nil {
-			if e.ctx.Err() != nil {
-				return ExitOK
-			}
-			return e.transportErr(err)
+			return err
 		}
-		var fresh []api.Approval
+		var out []api.Approval
 		for _, a := range list.Approvals {
 			if !seen[a.ApprovalID] {
 				seen[a.ApprovalID] = true
-				fresh = append(fresh, a)
+				out = append(out, a)
 			}
 		}
-		switch {
-		case *asJSON:
+		if len(out) == 0 {
+			return nil
+		}
+		if asJSON {
 			enc := json.NewEncoder(e.stdout)
-			if *watch {
-				for _, a := range fresh {
-					enc.Encode(a)
+			for _, a := range out {
+				enc.Encode(a)
+			}
+			return nil
+		}
+		printApprovals(e.stdout, out, header)
+		header = false
+		return nil
+	}
+	err := c.Events(e.ctx, func(ev api.DaemonEvent) error {
+		switch ev.Event {
+		case api.DaemonEventSubscribed:
+			return fresh() // what waits already
+		case api.DaemonEventApprovalParked:
+			if asJSON {
+				json.NewEncoder(e.stdout).Encode(ev)
+				if ev.Approval != nil {
+					seen[ev.Approval.ApprovalID] = true
 				}
-			} else {
-				enc.SetIndent("", "  ")
-				enc.Encode(list)
+				return nil
 			}
-		case len(fresh) > 0:
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			if first {
-				fmt.Fprintln(tw, "APPROVAL\tPRINCIPAL\tTOOL\tARGS\tTASK\tEXPIRES")
+			return fresh()
+		case api.DaemonEventApprovalDecided:
+			if asJSON {
+				json.NewEncoder(e.stdout).Encode(ev)
+			} else if ev.Approval != nil {
+				fmt.Fprintln(e.stdout, decidedLine(ev.Approval))
 			}
-			shown := make([]screen, len(fresh))
-			for i, a := range fresh {
-				s := &shown[i]
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.field(a.ApprovalID), s.field(a.Principal), s.field(a.Tool),
-					s.field(string(a.Args)), s.field(dash(a.Task)), s.field(a.ExpiresAt))
-			}
-			tw.Flush()
-			for i, a := range fresh {
-				printChange(e.stdout, a, &shown[i])
-			}
-		case first && !*watch:
-			fmt.Fprintln(e.stdout, "no calls are waiting for approval")
 		}
-		if !*watch {
-			return ExitOK
+		return nil
+	})
+	if e.ctx.Err() != nil {
+		return ExitOK
+	}
+	if errors.Is(err, client.ErrEventsEnded) {
+		fmt.Fprintf(e.stderr, "sluice: %v\n", err)
+		return ExitFailed
+	}
+	return e.transportErr(err)
+}
+
+// decidedLine says how a wait ended, in one line: every value escaped.
+func decidedLine(a *api.ApprovalEvent) string {
+	var s screen
+	line := s.field(a.ApprovalID) + " (" + s.field(a.Principal) + ", " + s.field(a.Tool) + "): "
+	switch {
+	case a.Verdict == api.VerdictAllow:
+		line += "approved"
+		if len(a.ApprovedBy) > 0 {
+			line += " by " + s.field(strings.Join(a.ApprovedBy, ", "))
 		}
-		select {
-		case <-e.ctx.Done():
-			return ExitOK
-		case <-time.After(time.Second):
+		if a.Grant != "" {
+			line += ", with grant " + s.field(a.Grant)
 		}
+	case a.Reason == api.ReasonApprovalDenied:
+		line += "denied by " + s.field(a.By)
+	default:
+		line += "ended: " + s.field(string(a.Reason))
+	}
+	return line
+}
+
+// printApprovals prints waiting calls: a table (with its header when
+// header), then what each would do.
+func printApprovals(w io.Writer, list []api.Approval, header bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if header {
+		fmt.Fprintln(tw, "APPROVAL\tPRINCIPAL\tTOOL\tARGS\tTASK\tEXPIRES")
+	}
+	shown := make([]screen, len(list))
+	for i, a := range list {
+		s := &shown[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.field(a.ApprovalID), s.field(a.Principal), s.field(a.Tool),
+			s.field(string(a.Args)), s.field(dash(a.Task)), s.field(a.ExpiresAt))
+	}
+	tw.Flush()
+	for i, a := range list {
+		printChange(w, a, &shown[i])
 	}
 }
 
@@ -199,6 +279,13 @@ func printChange(w io.Writer, a api.Approval, s *screen) {
 		verb += " " + s.field(string(ch.Kind))
 	}
 	fmt.Fprintf(w, "\n%s (%s, %s) %s:\n", s.field(a.ApprovalID), s.field(a.Principal), s.field(a.Tool), verb)
+	if a.Approvers > 1 {
+		who := "none yet"
+		if len(a.ApprovedBy) > 0 {
+			who = s.field(strings.Join(a.ApprovedBy, ", "))
+		}
+		fmt.Fprintf(w, "  approvals: %d of %d (%s)\n", len(a.ApprovedBy), a.Approvers, who)
+	}
 	if n := max(s.hidden, ch.HiddenChars); n > 0 {
 		plural := "s"
 		if n == 1 {
@@ -271,13 +358,23 @@ func dash(s string) string {
 	return s
 }
 
-const decideHelp = `Usage: sluice approve ID [--note TEXT]
+const decideHelp = `Usage: sluice approve ID [--note TEXT] [--grant DURATION]
        sluice deny ID [--note TEXT]
+       (also: sluice approvals approve|deny ID ...)
 
 Approve or deny the waiting call with approval id ID (approver principals
 only). An approval is single-use. The note is recorded in the audit ledger
-with your principal. An approved call is decided again under the current
-manifest before it runs.
+with your principal, and the agent is told it in the call's result. An
+approved call is decided again under the current manifest before it runs.
+Nobody approves a call of its own principal. A tool with "approvers": N
+needs N distinct approver principals: until the N-th approves, the call
+waits on (one denial denies it).
+
+  --grant DURATION  with approve: later calls of the same tool by the same
+                    principal in the same task run without approval for
+                    DURATION (e.g. 30m; 1m to 24h, whole minutes), until
+                    then, a task cancel or a reload; only the approval that
+                    completes the N may grant
 `
 
 func (e *env) decide(approve bool, args []string) int {
@@ -287,6 +384,7 @@ func (e *env) decide(approve bool, args []string) int {
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	note := fs.String("note", "", "")
+	grantFor := fs.Duration("grant", 0, "")
 	pos, code, ok := e.parse(fs, args, decideHelp)
 	if !ok {
 		return code
@@ -295,19 +393,45 @@ func (e *env) decide(approve bool, args []string) int {
 		fmt.Fprintf(e.stderr, "sluice %s: want exactly one approval ID\n\n%s", name, decideHelp)
 		return ExitUsage
 	}
+	d := api.ApprovalDecision{Approve: approve, Note: *note}
+	if *grantFor != 0 {
+		if !approve || *grantFor < time.Minute || *grantFor%time.Minute != 0 {
+			fmt.Fprintf(e.stderr, "sluice %s: --grant is a whole number of minutes, with approve only (e.g. --grant 30m)\n", name)
+			return ExitUsage
+		}
+		d.Grant = &api.GrantRequest{Minutes: int(*grantFor / time.Minute)}
+	}
 	c := e.client()
 	defer c.Close()
-	o, err := c.Decide(e.ctx, pos[0], approve, *note)
+	o, err := c.DecideWith(e.ctx, pos[0], d)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "sluice: %v\n", err)
 		return ExitFailed
 	}
-	verb := "denied"
-	if o.Approved {
-		verb = "approved"
-	}
-	fmt.Fprintf(e.stdout, "%s %s (call %s)\n", verb, o.ApprovalID, o.CallID)
+	fmt.Fprintln(e.stdout, outcomeLine(o))
 	return ExitOK
+}
+
+// outcomeLine says what a vote did: the call approved or denied, or the
+// approval counted and the call waiting for more; a grant made.
+func outcomeLine(o *api.ApprovalOutcome) string {
+	var s screen
+	switch {
+	case o.Waiting:
+		return fmt.Sprintf("approved %s (call %s): %d of %d approvals (%s); it waits for %d more approver principal(s)",
+			s.field(o.ApprovalID), s.field(o.CallID), len(o.ApprovedBy), o.Approvers, s.field(strings.Join(o.ApprovedBy, ", ")), o.Approvers-len(o.ApprovedBy))
+	case !o.Approved:
+		return fmt.Sprintf("denied %s (call %s)", s.field(o.ApprovalID), s.field(o.CallID))
+	}
+	line := fmt.Sprintf("approved %s (call %s)", s.field(o.ApprovalID), s.field(o.CallID))
+	if o.Approvers > 1 {
+		line += fmt.Sprintf(" by %s", s.field(strings.Join(o.ApprovedBy, ", ")))
+	}
+	if g := o.Grant; g != nil {
+		line += fmt.Sprintf("\ngranted %s: calls of %s by %s in task %s run without approval until %s",
+			s.field(g.ID), s.field(g.Tool), s.field(g.Principal), s.field(g.Task), s.field(g.ExpiresAt))
+	}
+	return line
 }
 
 const tasksHelp = `Usage: sluice tasks cancel TASK

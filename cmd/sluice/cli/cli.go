@@ -38,8 +38,9 @@ Commands:
   tools [--json]      List the tools you may call, with their argument schemas.
   health              Show the daemon's status, version and policy_version.
   reload              Reload the manifest (approver principals only; SIGHUP does the same).
-  approvals [--watch] List calls waiting for a human (approvers only).
-  approve ID [--note TEXT], deny ID [--note TEXT]
+  approvals [--watch] List calls waiting for a human (approvers only); --watch
+                      follows them as they park and are decided.
+  approve ID [--note TEXT] [--grant 30m], deny ID [--note TEXT]
                       Decide a waiting call (approvers only); recorded in the audit.
   status [--json]     What sluiced is doing: calls in flight, calls waiting for
                       approval, warm pools, denials of the last 5 minutes by

@@ -64,6 +64,8 @@ var redactCases = []struct {
 	{"aws credentials file", "[default]\naws_access_key_id = " + awsKeyID + "\naws_secret_access_key = " + awsSecret + "\n",
 		"[default]\naws_access_key_id = [REDACTED:aws_access_key_id]\naws_secret_access_key = [REDACTED:aws_secret_access_key]\n",
 		Counts{KindAWSAccessKeyID: 1, KindAWSSecretAccessKey: 1}},
+	{"aws env file, unquoted", "AWS_SECRET_ACCESS_KEY=" + awsSecret + "\nexport AWS_SECRET_ACCESS_KEY=" + awsSecret + "\n",
+		"AWS_SECRET_ACCESS_KEY=[REDACTED:aws_secret_access_key]\nexport AWS_SECRET_ACCESS_KEY=[REDACTED:aws_secret_access_key]\n", Counts{KindAWSSecretAccessKey: 2}},
 	{"aws env and json", "export AWS_SECRET_ACCESS_KEY=\"" + awsSecret + "\"\n{\"SecretAccessKey\": \"" + awsSecret + "\"}",
 		"export AWS_SECRET_ACCESS_KEY=\"[REDACTED:aws_secret_access_key]\"\n{\"SecretAccessKey\": \"[REDACTED:aws_secret_access_key]\"}",
 		Counts{KindAWSSecretAccessKey: 2}},

@@ -230,9 +230,19 @@ func (w *Writer) matchAt(d *detector, seg []byte, i int) (found, bool) {
 	return f, w.clear(d, seg, f)
 }
 
-// clear says no word byte of d touches f's replaced span.
+// clear says no word byte of d touches f's replaced span. A detector
+// whose secret is a group of its match (an assignment's value) is
+// anchored by the name before it, so only the byte after is checked: the
+// "=" of KEY=VALUE is a base64 byte, and checking it refused every
+// unquoted env-file assignment.
 func (w *Writer) clear(d *detector, seg []byte, f found) bool {
-	return d.word == nil || (!d.word[w.before(seg, f.rs)] && (f.re >= len(seg) || !d.word[seg[f.re]]))
+	if d.word == nil {
+		return true
+	}
+	if d.group == 0 && d.word[w.before(seg, f.rs)] {
+		return false
+	}
+	return f.re >= len(seg) || !d.word[seg[f.re]]
 }
 
 // find is d's (a pattern without a literal prefix) first match in seg

@@ -9,6 +9,8 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -60,6 +62,8 @@ type fastStdio struct {
 	mu       sync.Mutex
 	inflight map[string]context.CancelFunc // fast calls by id key
 	wg       sync.WaitGroup
+	// eof is set once in ended: the client is gone.
+	eof atomic.Bool
 }
 
 // RunStdio serves the MCP session as Run does over stdio, on in and out
@@ -87,6 +91,12 @@ func (b *Bridge) RunStdio(ctx context.Context, in io.Reader, out io.Writer, maxL
 		<-done
 		err = ctx.Err()
 	case err = <-done:
+	}
+	if f.eof.Load() && (errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.EPIPE)) {
+		// The client closed our stdin and stdout together; a
+		// notification (a debounced tools/list_changed, a progress
+		// message) that met the closed stdout is no failure of ours.
+		err = nil
 	}
 	// No fast call writes after the session: cancelled, and waited for.
 	cancel()
@@ -117,6 +127,7 @@ func (f *fastStdio) read(ctx context.Context) {
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				err = nil
+				f.eof.Store(true)
 			}
 			f.toSDK.CloseWithError(err)
 			return

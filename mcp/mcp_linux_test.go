@@ -173,7 +173,7 @@ func connectOver(t *testing.T, stdio bool, socket string, c *client.Client, prot
 		select {
 		case err := <-ran:
 			if err != nil {
-				t.Errorf("bridge: %v", err)
+				t.Errorf("bridge: %v\n%s", err, s.logs)
 			}
 		case <-time.After(10 * time.Second):
 			t.Errorf("the bridge did not end after its client closed")

@@ -2,9 +2,10 @@
 # A scripted agent session against the bundled example: sluiced starts on
 # a temporary socket and state dir with a copy of the example manifest and
 # workspace; the "agent" (uid 65534, as the manifest's principals say)
-# makes calls through the CLI, each with its verdict and reason; an
-# operator (root, the approver) approves a call from a second CLI and
-# cancels a task; the same calls go through `sluice mcp` from the official
+# makes calls through the CLI, each with its verdict and reason (secrets
+# in a file redacted, each result's source); two approvers (root and uid
+# 65533) approve a call from other CLIs; the agent hands a sub-agent a
+# narrower delegation token; a task is cancelled; the same calls go through `sluice mcp` from the official
 # TypeScript MCP client (e2e/mcp/demo.mjs); the audit ledger is verified
 # and shown; the daemon stops.
 set -euo pipefail
@@ -22,6 +23,8 @@ manifest=$tmp/example/manifest.json
 install -m 0755 "$bin/sluice" "$tmp/sluice"
 agent() { setpriv --reuid=65534 --regid=65534 --clear-groups "$tmp/sluice" "$@"; }
 ops() { "$bin/sluice" "$@"; }
+# A second approver (principal "lead", uid 65533): deploy needs both.
+lead() { setpriv --reuid=65533 --regid=65533 --clear-groups "$tmp/sluice" "$@"; }
 
 cleanup() {
   if [ -n "${pid:-}" ] && kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; fi
@@ -56,7 +59,7 @@ step() {
   if [ -n "$out" ] && [ "$n" -gt 8 ]; then echo "  | … ($n lines)"; fi
   { grep -v '^sluice: ' "$tmp/err" || true; } | sed '/^$/d' | tail -n 6 | sed 's/^/  ! /'
   case $code in
-    0) echo "=> allow: allowed$(grep -q truncated "$tmp/err" && echo ' (output cut, flagged truncated)')";;
+    0) echo "=> allow: allowed$(grep -q truncated "$tmp/err" && echo ' (output cut, flagged truncated)')$(sed -n 's/^sluice: \([0-9]*\) secret(s) replaced.*/ (\1 secrets redacted)/p' "$tmp/err")";;
     1) echo "=> allow, but it failed: $(sed -n 's/^sluice: \(failed: \)\{0,1\}//p' "$tmp/err" | tail -n 1)";;
     3) echo "=> deny: $(sed -n 's/^sluice: denied: //p' "$tmp/err")";;
     *) echo "=> exit $code: $(cat "$tmp/err")";;
@@ -71,6 +74,11 @@ step "symlink escape: notes.txt -> ../secret.txt" read_file '{"path":"workspace/
 step "absolute path" read_file '{"path":"/etc/passwd"}'
 step "a secret inside the root: .env" read_file '{"path":"workspace/src/.env"}'
 step "a private key: id.pem" read_file '{"path":"workspace/src/id.pem"}'
+step "a note inside the root with cloud keys pasted in: the keys never reach the agent (redact)" read_file '{"path":"workspace/src/deploy_notes.md"}'
+bold "-- every result says where its content came from, and that it is untrusted data (source)"
+echo "\$ sluice call read_file --args '{\"path\":\"workspace/src/calc.py\"}' --json   # the source field"
+agent call read_file --args '{"path":"workspace/src/calc.py"}' --json |
+  python3 -c 'import json,sys; print(json.dumps({"source": json.load(sys.stdin)["source"]}, indent=2))' | sed 's/^/  | /'
 step "a large file: 22 KiB with max_bytes 4096" read_file '{"path":"workspace/src/big_log.txt"}'
 step "a missing file inside the root" read_file '{"path":"workspace/src/missing.py"}'
 step "a tool the manifest does not declare" delete_file '{"path":"workspace/src/calc.py"}'
@@ -130,7 +138,7 @@ set +e; wait "$tidy"; set -e
 sed 's/^/  ! /' "$tmp/tidy.err" | tail -n 4
 step "the log is still there: a denied changeset leaves the workspace as it was" stat_file '{"path":"workspace/src/big_log.txt"}'
 
-bold "== a call that needs a human: the agent waits, an operator approves from a second CLI"
+bold "== a call that needs two people: the agent waits; ops approves, then lead (two-person control)"
 echo "\$ sluice call deploy --stream            # the agent"
 agent call deploy --stream >"$tmp/deploy.out" 2>"$tmp/deploy.err" &
 deploy=$!
@@ -139,9 +147,27 @@ sed 's/^/  ! /' "$tmp/deploy.err"
 id=$(sed -n 's/.*waiting for approval \(a-[0-9A-Z]*\).*/\1/p' "$tmp/deploy.err")
 echo "\$ sluice approvals                        # the operator"
 ops approvals | sed 's/^/  | /'
-echo "\$ sluice approve $id --note 'release 1.2, reviewed'"
+echo "\$ sluice approve $id --note 'release 1.2, reviewed'     # ops (root): one of two"
 ops approve "$id" --note "release 1.2, reviewed" | sed 's/^/  | /'
+echo "\$ sluice approve $id --note 'second pair of eyes'       # lead (uid 65533): the second"
+lead approve "$id" --note "second pair of eyes" | sed 's/^/  | /'
 wait "$deploy" && echo "=> allow after approval:" && sed 's/^/  | /' "$tmp/deploy.out"
+
+bold "== a sub-agent gets less than its parent: a delegation token"
+install -d -o 65534 -g 65534 -m 0700 "$tmp/sub"
+echo "\$ sluice token create --tools read_file --roots workspace/src/pkg --subject reviewer --ttl 10m > tok   # the agent"
+agent token create --tools read_file --roots workspace/src/pkg --subject reviewer --ttl 10m >"$tmp/sub/tok" 2>"$tmp/tok.err"
+chown 65534:65534 "$tmp/sub/tok"
+chmod 0600 "$tmp/sub/tok"
+sed 's/^/  ! /' "$tmp/tok.err"
+tokid=$(sed -n 's/^token \(t-[^,]*\),.*/\1/p' "$tmp/tok.err")
+step "the sub-agent reads beneath its token's root" read_file '{"path":"workspace/src/pkg/util.py"}' --token-file "$tmp/sub/tok"
+step "the sub-agent reads calc.py: its parent may, the token's root does not reach it" read_file '{"path":"workspace/src/calc.py"}' --token-file "$tmp/sub/tok"
+step "the sub-agent climbs out with ../" read_file '{"path":"workspace/src/pkg/../calc.py"}' --token-file "$tmp/sub/tok"
+step "the sub-agent writes: the token names read_file only" write_file '{"path":"workspace/src/pkg/x.py","content":"x"}' --token-file "$tmp/sub/tok"
+echo "\$ sluice token revoke $tokid"
+agent token revoke "$tokid" | sed 's/^/  | /'
+step "the revoked token: never the peer's own rights instead" read_file '{"path":"workspace/src/pkg/util.py"}' --token-file "$tmp/sub/tok"
 
 bold "== cancelling a task ends its running command"
 echo "\$ sluice call slow_job --task demo-task --stream --json &   # the agent: sleep 30"
@@ -167,7 +193,7 @@ bold "== the audit ledger: sluice audit verify"
 ops audit verify "$tmp/state/audit.jsonl"
 bold "== the last records: sluice audit tail -n 8"
 ops audit tail -n 8 "$tmp/state/audit.jsonl"
-if grep -q "DEMO-SECRET" "$tmp/state/audit.jsonl"; then echo "FAIL: a secret reached the ledger" >&2; exit 1; fi
+if grep -q -e "DEMO-SECRET" -e "AKIADEMO7SLUICE5XMPL" -e "DEMOSECRET" -e "slt_" "$tmp/state/audit.jsonl"; then echo "FAIL: a secret reached the ledger" >&2; exit 1; fi
 echo "(no secret from the workspace appears anywhere in the ledger)"
 
 bold "== stopping sluiced (SIGTERM)"

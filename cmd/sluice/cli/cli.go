@@ -361,6 +361,9 @@ func (e *env) call(args []string) int {
 	if res.Truncated && !*asJSON {
 		fmt.Fprintf(e.stderr, "\nsluice: output truncated at %d bytes (max_bytes)\n", res.Bytes)
 	}
+	if res.Redacted > 0 && !*asJSON {
+		fmt.Fprintf(e.stderr, "sluice: %d secret(s) replaced by [REDACTED:kind] (redact)\n", res.Redacted)
+	}
 	return ExitOK
 }
 

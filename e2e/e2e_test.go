@@ -127,7 +127,11 @@ func (d *daemon) start() {
 	go func() { d.exited <- d.cmd.Wait() }()
 	d.c = client.New(d.socket)
 	exited := false
-	err := testutil.Poll(10*time.Second, func() error {
+	// A start can be long: recovery of a changeset a kill cut short
+	// reads back every file it named (TestChangesetKilledMidCommit took
+	// over 10 s under the VM's TCG emulation). Ready is the event; the
+	// bound only ends a start that hangs.
+	err := testutil.Poll(120*time.Second, func() error {
 		select {
 		case err := <-d.exited:
 			exited = true

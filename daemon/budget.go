@@ -21,7 +21,7 @@ import (
 // Budgets and rate limits (docs/design.md §11; docs/security.md, "Budgets
 // against probing"). A principal's rate and denial_budget are kept by
 // admission.Limiter, keyed by identity: a principal is
-// "principal:NAME"; a delegation token will be a key of its own.
+// "principal:NAME", a delegation token "token:ID" (tokenKey).
 //
 // A call is admitted (call.limited) right after its peer is identified,
 // before anything resolves or runs: a refused call costs its decision
@@ -32,6 +32,22 @@ import (
 
 // principalKey is a principal's key in the limiter.
 func principalKey(name string) string { return "principal:" + name }
+
+// tokenKey is a delegation token's key: a call made with a token is
+// admitted and counted against the token, with its minter's limits, and
+// not against the minter's own calls (docs/manifest.md, "Budgets and rate
+// limits"): a sub-agent probing the tree locks out itself, not its
+// parent, and a token cannot mint tokens to multiply its budget.
+func tokenKey(id string) string { return "token:" + id }
+
+// budgetKey is the key a call is admitted and counted against, and how
+// its rule and detail name it.
+func (c *call) budgetKey() (key, who string) {
+	if id := c.tokenID(); id != "" {
+		return tokenKey(id), "token " + id + " (of principal " + c.areq.Principal + ")"
+	}
+	return principalKey(c.areq.Principal), "principal " + c.areq.Principal
+}
 
 // budgetLimits is the limits of every principal with a budget in m. The
 // default principal "local" (no principals declared) has none.
@@ -78,7 +94,8 @@ func (c *call) limited() bool {
 	if name == "" {
 		return false // a peer mapped to no principal: denied anyway, its records rate limited (ratelimit.go)
 	}
-	v := c.d.budgets.Admit(principalKey(name))
+	key, who := c.budgetKey()
+	v := c.d.budgets.Admit(key)
 	r, b := c.p.m.Budgets(name)
 	switch v.Refused {
 	case admission.RateLimited:
@@ -87,15 +104,15 @@ func (c *call) limited() bool {
 		if r != nil {
 			limit = r.String()
 		}
-		c.limitDetail = fmt.Sprintf("principal %s is over %s; retry at %s", name, limit, stamp(v.Until))
+		c.limitDetail = fmt.Sprintf("%s is over %s; retry at %s", who, limit, stamp(v.Until))
 	case admission.BudgetExhausted:
 		c.dec = authz.Decision{Verdict: api.VerdictDeny, Reason: api.ReasonBudgetExhausted, Rule: "principals." + name + ".denial_budget"}
 		spent := "its denial budget"
 		if b != nil {
 			spent = fmt.Sprintf("its denial budget (%d denials within %d s)", b.Denials, b.WindowS)
 		}
-		c.limitDetail = fmt.Sprintf("principal %s spent %s: every call is refused until %s, or until an approver resets it (sluice budget reset %s)",
-			name, spent, stamp(v.Until), name)
+		c.limitDetail = fmt.Sprintf("%s spent %s: every call is refused until %s, or until an approver resets it (sluice budget reset %s)",
+			who, spent, stamp(v.Until), strings.TrimPrefix(key, "principal:"))
 	default:
 		return false
 	}
@@ -121,7 +138,8 @@ func (c *call) countDenial() {
 	if name == "" || c.dec.Allowed() || c.dec.Pending() || !budgetCounts[c.dec.Reason] {
 		return
 	}
-	spent, until := c.d.budgets.Denied(principalKey(name))
+	key, who := c.budgetKey()
+	spent, until := c.d.budgets.Denied(key)
 	if !spent {
 		return
 	}
@@ -130,8 +148,8 @@ func (c *call) countDenial() {
 	if b != nil {
 		budget = fmt.Sprintf("its denial budget (%d denials within %d s)", b.Denials, b.WindowS)
 	}
-	c.limitDetail = fmt.Sprintf("this denial spent principal %s's %s: every call is refused budget_exhausted until %s, or until an approver resets it",
-		name, strings.TrimPrefix(budget, "its "), stamp(until))
+	c.limitDetail = fmt.Sprintf("this denial spent %s's %s: every call is refused budget_exhausted until %s, or until an approver resets it",
+		who, strings.TrimPrefix(budget, "its "), stamp(until))
 	c.d.log.Warn("denial budget spent: the principal's calls are refused until the window passes or an approver resets it",
 		"principal", name, "until", stamp(until), "call_id", c.id, "reason", c.dec.Reason)
 }
@@ -143,7 +161,24 @@ func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z
 // (at start, and after each reload: counts of principals that keep a
 // budget are kept; see admission.Limiter.Configure).
 func (d *Daemon) configureBudgets(m *authz.Manifest) {
-	d.budgets.Configure(budgetLimits(m))
+	limits := budgetLimits(m)
+	// Each live token has its minter's limits, under its own key.
+	for _, t := range d.tokens.list("", true) {
+		if lim, ok := limits[principalKey(t.Minter)]; ok {
+			limits[tokenKey(t.ID)] = lim
+		}
+	}
+	d.budgets.Configure(limits)
+}
+
+// tokensChanged gives a token minted or revoked its budget or takes it
+// away, under the manifest in force.
+func (d *Daemon) tokensChanged() {
+	d.reloadMu.Lock() // one configuration at a time, after a reload's own
+	defer d.reloadMu.Unlock()
+	p := d.acquire()
+	defer p.release()
+	d.configureBudgets(p.m)
 }
 
 // handleBudgetReset is POST /v1/budgets/{principal}/reset: an approver
@@ -161,6 +196,9 @@ func (d *Daemon) handleBudgetReset(w http.ResponseWriter, _ *http.Request, peer 
 		return
 	}
 	key := principalKey(principal)
+	if id, ok := strings.CutPrefix(principal, "token:"); ok {
+		key = tokenKey(id) // a delegation token's own budget
+	}
 	if _, ok := d.budgets.State(key); !ok {
 		writeError(w, http.StatusNotFound, api.ErrNotFound, "principal "+strconv.Quote(principal)+" has no rate or denial_budget in the manifest")
 		return
@@ -190,11 +228,15 @@ func (d *Daemon) handleBudgetReset(w http.ResponseWriter, _ *http.Request, peer 
 }
 
 // budgetStatus is the budgets GET /v1/status shows: the principal's own,
-// or every principal's for an approver, by name.
-func (d *Daemon) budgetStatus(name string, all bool) []api.StatusBudget {
+// or every principal's for an approver, by name; with tokens, an
+// approver's view also has each live token's ("token:ID").
+func (d *Daemon) budgetStatus(name string, all, tokens bool) []api.StatusBudget {
 	var out []api.StatusBudget
 	for _, key := range d.budgets.Keys() {
 		principal, ok := strings.CutPrefix(key, "principal:")
+		if !ok && all && tokens && strings.HasPrefix(key, "token:") {
+			principal, ok = key, true
+		}
 		if !ok || (!all && principal != name) {
 			continue
 		}
@@ -246,7 +288,7 @@ func (b *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (b *budgetCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, sb := range b.d.budgetStatus("", true) {
+	for _, sb := range b.d.budgetStatus("", true, false) { // per principal: a token would be a label per mint
 		if sb.Rate != nil {
 			ch <- prometheus.MustNewConstMetric(rateLimitedDesc, prometheus.CounterValue, float64(sb.RateLimited), sb.Principal)
 		}

@@ -159,7 +159,7 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request, peer Peer)
 		sort.Slice(st.Pools, func(i, j int) bool { return st.Pools[i].Tool < st.Pools[j].Tool })
 	}
 	st.Denials = d.recent.counts(now, name, all)
-	st.Budgets = d.budgetStatus(name, all)
+	st.Budgets = d.budgetStatus(name, all, true)
 	writeJSON(w, http.StatusOK, st)
 }
 

@@ -103,6 +103,7 @@ func (d *Daemon) handleTokenCreate(w http.ResponseWriter, r *http.Request, peer 
 			fmt.Sprintf("principal %q holds %d live tokens, the most it may; revoke some (sluice token revoke ID) or let them expire", minter, maxTokensPerMinter))
 		return
 	}
+	d.tokensChanged() // its budget: its minter's limits, counted apart
 	d.log.Info("token minted", "token_id", g.id, "minter", minter, "subject", g.subject, "tools", g.tools,
 		"roots", g.roots, "task", g.task, "peer_uid", g.peerUID, "expires", g.expires.UTC().Format(time.RFC3339))
 	writeJSON(w, http.StatusOK, api.TokenCreated{Token: tok, ID: g.id, ExpiresAt: g.expires.UTC().Format(time.RFC3339Nano)})
@@ -226,6 +227,7 @@ func (d *Daemon) handleTokenRevoke(w http.ResponseWriter, r *http.Request, peer 
 		writeError(w, http.StatusNotFound, api.ErrNotFound, "no live token "+strconv.Quote(id)+" of yours")
 		return
 	}
+	d.tokensChanged()
 	d.log.Info("token revoked", "token_id", id, "by", name)
 	writeJSON(w, http.StatusOK, api.TokenRevoked{ID: id})
 }

@@ -355,3 +355,53 @@ func TestTokenReload(t *testing.T) {
 		t.Fatalf("tools: %+v %v", tools, err)
 	}
 }
+
+// TestTokenBudget: a token's calls are admitted and counted against the
+// token, with its minter's denial_budget: a sub-agent probing through a
+// token is cut off (budget_exhausted, naming the token) while its minter's
+// own calls go on; an approver sees the token's budget in status as
+// "token:ID" and resets it; a revoked token's budget is gone.
+func TestTokenBudget(t *testing.T) {
+	testutil.RequireRoot(t)
+	base, _ := tokenFixture(t)
+	m := writeManifest(t, base, fmt.Sprintf(`{"schema_version":1,
+	  "principals":{"orch":{"uids":[%d],"tools":["*"],"approver":true,"denial_budget":{"denials":3,"window_s":600}}},
+	  "tools":{"read_file":{"operation":"read","roots":["workspace/src"]}}}`, os.Getuid()))
+	h := start(t, m, securefs.ModeAuto)
+	tc := h.mint(api.TokenRequest{Tools: []string{"read_file"}, Subject: "prober", TTLSeconds: 600})
+	sub := h.as(tc.Token, -1)
+	for i := range 3 {
+		res := callWith(t, sub, "read_file", map[string]string{"path": fmt.Sprintf("workspace/src/missing%d", i)}, "")
+		wantReason(t, res, api.ReasonNotFound, "a probe")
+	}
+	res := callWith(t, sub, "read_file", map[string]string{"path": "workspace/src/pkg/a.txt"}, "")
+	wantReason(t, res, api.ReasonBudgetExhausted, "the token's read after its budget is spent")
+	if !strings.Contains(res.Detail, "token "+tc.ID) {
+		t.Errorf("the refusal does not name the token: %q", res.Detail)
+	}
+	// The minter's own calls are its own budget's.
+	res = callWith(t, h.c, "read_file", map[string]string{"path": "workspace/src/pkg/a.txt"}, "")
+	wantReason(t, res, api.ReasonAllowed, "the minter's own read")
+	st, err := h.c.Status(context.Background())
+	testutil.Must(t, err)
+	found := false
+	for _, b := range st.Budgets {
+		if b.Principal == "token:"+tc.ID && b.DenialBudget != nil && b.DenialBudget.ExhaustedUntil != "" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("status lacks the token's spent budget: %+v", st.Budgets)
+	}
+	if _, err := h.c.ResetBudget(context.Background(), "token:"+tc.ID); err != nil {
+		t.Fatal(err)
+	}
+	res = callWith(t, sub, "read_file", map[string]string{"path": "workspace/src/pkg/a.txt"}, "")
+	wantReason(t, res, api.ReasonAllowed, "the token's read after the reset")
+	if _, err := h.c.RevokeToken(context.Background(), tc.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.ResetBudget(context.Background(), "token:"+tc.ID); err == nil {
+		t.Fatal("a revoked token still has a budget to reset")
+	}
+}

@@ -18,7 +18,9 @@ Give PRINCIPAL its whole rate and denial budget back (POST
 in its window are cleared, a lockout (its calls refused budget_exhausted)
 ends now, and its rate's bucket is full again. The reset is recorded in the
 audit ledger (kind budget_reset) with your principal. "sluice status" shows
-each principal's budgets and when a lockout ends by itself.
+each principal's budgets and when a lockout ends by itself. A delegation
+token's own budget (its calls are counted apart from its minter's) is
+PRINCIPAL "token:ID".
 
 Exit: 0 reset, 3 you are not an approver, 1 PRINCIPAL has no budget,
 2 usage or transport.

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/egress"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -174,6 +175,16 @@ func TestFetchCredential(t *testing.T) {
 	want := "you sent " + egress.CredentialMark + " and the token alone is " + egress.CredentialMark
 	if !res.OK || *res.Output != want || res.ContentType != "text/plain; x="+egress.CredentialMark {
 		t.Fatalf("echo: %q, content type %q", *res.Output, res.ContentType)
+	}
+	// The echoes are counted as redactions (kind credential), in the
+	// result and the ledger, even in a tool without redact.
+	if res.Redacted != 3 {
+		t.Errorf("echo: redacted %d, want 3 (two in the body, one in the content type)", res.Redacted)
+	}
+	if recs := ledgerRecords(t, h, audit.KindResult, func(r *audit.Record) bool {
+		return r.CallID == res.CallID && r.Result != nil && r.Result.Redacted["credential"] == 3
+	}); len(recs) != 1 {
+		t.Errorf("the echo's result record does not count 3 credential redactions")
 	}
 	if res := get(apiURL+"/split", nil); !res.OK || *res.Output != "<"+egress.CredentialMark+">" {
 		t.Fatalf("split echo: %q", *res.Output)

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/egress"
 	"github.com/sluicehq/sluice/egress/netpolicy"
 	"github.com/sluicehq/sluice/internal/redact"
+	"github.com/sluicehq/sluice/internal/secretscan"
 )
 
 // The daemon's half of fetch and post (docs/egress.md): authorize the URL
@@ -142,6 +143,18 @@ type netResult struct {
 	// url is the last URL requested, after the redirects followed (as
 	// asked, query included: the source records it by RecordURL).
 	url string
+	// echoes counts a credential's value replaced in what the server
+	// sent back (egress.CredentialMark), before any redact key ran.
+	echoes int
+}
+
+// redactedBefore: the credential echoes egress replaced, counted with the
+// call's redactions (kind "credential").
+func (r *netResult) redactedBefore() secretscan.Counts {
+	if r.echoes == 0 {
+		return nil
+	}
+	return secretscan.Counts{"credential": r.echoes}
 }
 
 func (r *netResult) wire(res *api.CallResult) {
@@ -174,7 +187,7 @@ func (c *call) netOutcome(res *egress.Result, err error, rec *audit.Egress) *out
 	nr := &netResult{egress: rec}
 	o := &outcome{result: nr}
 	if res != nil {
-		nr.url = res.URL
+		nr.url, nr.echoes = res.URL, res.Redacted
 		if res.Addr.IsValid() {
 			rec.Addr = res.Addr.String()
 		}

@@ -35,8 +35,18 @@ type recutter interface {
 // redactOutcome redacts what an allowed call's outcome returns, unless
 // its operation did (o.redacted set: search).
 func (c *call) redactOutcome(o *outcome) {
+	if o == nil {
+		return
+	}
+	var before secretscan.Counts
+	if r, ok := o.result.(redactedBefore); ok {
+		before = r.redactedBefore()
+	}
 	s := c.tool.Redactor()
-	if s == nil || o == nil {
+	if s == nil {
+		if before.Total() > 0 {
+			o.redacted = before
+		}
 		return
 	}
 	max := c.tool.EffectiveMaxBytes()
@@ -61,7 +71,15 @@ func (c *call) redactOutcome(o *outcome) {
 	if r, ok := o.result.(redactsExtra); ok {
 		counts.Add(r.redactExtra(s, max))
 	}
+	counts.Add(before)
 	o.redacted = counts
+}
+
+// redactedBefore is an operation's result that replaced secrets itself
+// before any redact key ran (a fetch's or post's credential echoes,
+// egress.CredentialMark): counted with the rest.
+type redactedBefore interface {
+	redactedBefore() secretscan.Counts
 }
 
 // redactChunks wraps a streamed call's chunk callback: each stream goes

@@ -40,6 +40,10 @@ const (
 	// of one tool by one principal in one task that run without waiting
 	// until it expires; each call it covers names it ("grant").
 	KindGrant = "grant"
+	// KindToken is a delegation token minted or revoked: its ref
+	// ("token": id, minter, subject), what it narrows to in args (never
+	// the token itself), and detail saying which and by whom.
+	KindToken = "token"
 )
 
 // Record is one ledger line. Fields are declared in key order and "hash"

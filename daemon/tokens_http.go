@@ -3,6 +3,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 )
 
@@ -102,6 +104,16 @@ func (d *Daemon) handleTokenCreate(w http.ResponseWriter, r *http.Request, peer 
 		writeError(w, http.StatusTooManyRequests, "too_many_tokens",
 			fmt.Sprintf("principal %q holds %d live tokens, the most it may; revoke some (sluice token revoke ID) or let them expire", minter, maxTokensPerMinter))
 		return
+	}
+	if err == nil {
+		if aerr := d.auditToken(p.m.Version, peer, minter, g, "minted"); aerr != nil {
+			// Fail closed: a token the ledger does not know of is never
+			// handed out.
+			d.tokens.revoke(g.id, minter, true)
+			d.log.Error("audit token record failed; the token was not handed out", "err", aerr, "minter", minter)
+			writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable, "the audit ledger cannot be written; no token was minted")
+			return
+		}
 	}
 	d.tokensChanged() // its budget: its minter's limits, counted apart
 	d.log.Info("token minted", "token_id", g.id, "minter", minter, "subject", g.subject, "tools", g.tools,
@@ -222,12 +234,16 @@ func (d *Daemon) handleTokenRevoke(w http.ResponseWriter, r *http.Request, peer 
 	p := d.acquire()
 	name, _ := p.m.Identify(callerOf(peer))
 	approver := p.m.IsApprover(name, peer.UID)
+	version := p.m.Version
 	p.release()
 	if !d.tokens.revoke(id, name, approver) {
 		writeError(w, http.StatusNotFound, api.ErrNotFound, "no live token "+strconv.Quote(id)+" of yours")
 		return
 	}
 	d.tokensChanged()
+	if err := d.auditToken(version, peer, name, &tokenGrant{id: id}, "revoked by "+name); err != nil {
+		d.log.Error("audit token record failed (the token is revoked)", "err", err, "token_id", id)
+	}
 	d.log.Info("token revoked", "token_id", id, "by", name)
 	writeJSON(w, http.StatusOK, api.TokenRevoked{ID: id})
 }
@@ -304,4 +320,20 @@ func (tu *tokenUse) pinTask(dc *decoded) {
 	if tu != nil && tu.err == nil && tu.g.task != "" && dc.req.Task == "" {
 		dc.req.Task = tu.g.task
 	}
+}
+
+// auditToken records a token minted or revoked (audit.KindToken), synced:
+// its ref and what it narrows to, never the token.
+func (d *Daemon) auditToken(version string, peer Peer, name string, g *tokenGrant, what string) error {
+	rec := &audit.Record{Kind: audit.KindToken, PolicyVersion: version, Detail: what,
+		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID, Cgroup: peer.Cgroup},
+		Token:     &audit.TokenRef{ID: g.id, Minter: g.minter, Subject: g.subject}}
+	if g.minter != "" {
+		args, err := json.Marshal(g.info())
+		if err != nil {
+			return err
+		}
+		rec.Args = args
+	}
+	return d.ledger.AppendSync(rec)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
@@ -181,7 +182,7 @@ func TestTokenNarrows(t *testing.T) {
 	ref := fmt.Sprintf(`"token":{"id":%q,"minter":"orch","subject":"sub-agent"}`, tc.ID)
 	n := 0
 	for _, line := range bytes.Split(led, []byte("\n")) {
-		if bytes.Contains(line, []byte(ref)) {
+		if bytes.Contains(line, []byte(ref)) && !bytes.Contains(line, []byte(`"kind":"token"`)) { // the minting's own record names the minter
 			if bytes.Contains(line, []byte(`"kind":"decision"`)) {
 				n++
 			}
@@ -403,5 +404,16 @@ func TestTokenBudget(t *testing.T) {
 	}
 	if _, err := h.c.ResetBudget(context.Background(), "token:"+tc.ID); err == nil {
 		t.Fatal("a revoked token still has a budget to reset")
+	}
+	// Minting and revoking are records of their own, never the token.
+	if bytes.Contains(h.ledger(), []byte(tc.Token)) {
+		t.Fatal("the token is in the ledger")
+	}
+	for _, what := range []string{"minted", "revoked by orch"} {
+		if recs := ledgerRecords(t, h, audit.KindToken, func(r *audit.Record) bool {
+			return r.Detail == what && r.Token != nil && r.Token.ID == tc.ID && r.Principal != nil && r.Principal.Name == "orch"
+		}); len(recs) != 1 {
+			t.Errorf("%d token records %q of %s, want 1", len(recs), what, tc.ID)
+		}
 	}
 }

@@ -141,6 +141,10 @@ func Generate(o Options) (*Result, error) {
 			"\"reason\": a denied call says why (outside_roots, never_listed, ...), which helps an agent",
 			"correct itself; \"opaque\": it learns nothing (the audit ledger keeps the reason).",
 		}},
+		{Key: "redact", Val: obj{{Key: "builtin", Val: true}}, Comment: []string{
+			"Secrets in what any tool returns (private keys, cloud keys, API tokens, JWTs) are",
+			"replaced by [REDACTED:kind]; add your own shapes as patterns (docs/manifest.md, \"Redaction\").",
+		}},
 	}
 
 	tools := []string{"read_file", "list_dir", "search_files", "edit_file", "write_file"}
@@ -200,11 +204,12 @@ func principalTables(o Options, r *Result, tools []string) []table {
 	if o.AgentUID == 0 {
 		// uid 0 cannot be in two principals: the agent approves too.
 		agent.KVs = append(agent.KVs, kv{Key: "approver", Val: true, Comment: []string{
-			"The agent is root here, so it is also the approver and could approve its own edits",
+			"The agent is root here, so it is also the only approver, and nobody approves their",
+			"own call: its edits and writes, which wait for a human, can never be approved",
 			"(sluiced warns). Better: the agent's own uid above (sluice init --agent USER), and",
 			"a [principals.approver] with uids = [0].",
 		}})
-		r.Notes = append(r.Notes, "the agent is root (uid 0), so it is also the approver and could approve its own edits; name the agent's user with --agent USER")
+		r.Notes = append(r.Notes, "the agent is root (uid 0), so it is also the only approver, and nobody approves their own call: its edits and writes can never be approved; name the agent's user with --agent USER")
 		return []table{agent}
 	}
 	var readOnly []string
@@ -220,8 +225,8 @@ func principalTables(o Options, r *Result, tools []string) []table {
 		{Key: "uids", Val: []any{int64(0)}, Comment: []string{"root; add the uid of a person who reviews the agent's changes."}},
 		{Key: "approver", Val: true, Comment: []string{"May approve or deny calls that wait for a human."}},
 		{Key: "tools", Val: readOnly, Comment: []string{
-			"The approver may look but not change: a principal that may call a tool needing",
-			"approval could approve its own call.",
+			"The approver may look but not change: nobody approves their own call, so an",
+			"approver that may call a tool needing approval could never have its own approved.",
 		}},
 	}}
 	return []table{agent, approver}

@@ -97,6 +97,9 @@ if $uninstall; then
   for b in "${bins[@]}"; do remove "$prefix/bin/$b"; done
   for u in "${units[@]}"; do remove "/etc/systemd/system/$u"; done
   remove /etc/tmpfiles.d/sluice.conf
+  # The drop-in sluice init --install writes (the unit it changes is gone).
+  remove /etc/systemd/system/sluiced.service.d/50-sluice-init.conf
+  rmdir "$dest/etc/systemd/system/sluiced.service.d" 2>/dev/null || true
   remove "$prefix/share/doc/sluice/README.md"
   for doc in docs/*.md; do remove "$prefix/share/doc/sluice/$doc"; done
   rmdir "$dest$prefix/share/doc/sluice/docs" "$dest$prefix/share/doc/sluice" 2>/dev/null || true

@@ -320,6 +320,30 @@ systemctl stop sluiced.socket "$SVC"
 leftovers || fail "stopping again left things behind"
 lap "restart and stop"
 
+step "the first hour: sluice init --install for a user's own project, then that user's client setup and check"
+# README "Your project, your agent: the first hour": make install (done
+# above), sluice init --install, and, as the agent's user, sluice client
+# setup and check: nothing else.
+id alice >/dev/null 2>&1 || useradd -m -s /bin/bash alice
+proj=/home/alice/myproj
+install -d -o alice -g alice "$proj" "$proj/tests"
+printf 'def add(a, b):\n    return a + b\n' >"$proj/calc.py"
+printf 'import unittest\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n' >"$proj/tests/test_calc.py"
+chown -R alice:alice "$proj"
+cp "$MANIFEST" /tmp/manifest.before-init
+"$SLUICE" init --install --agent alice --output /root/.config/sluice/myproj.toml --force "$proj"
+wait_for 60 "sluiced answering with the project's manifest" "$SLUICE" health
+su - alice -c "cd $proj && $SLUICE client setup claude && $SLUICE client check claude" ||
+  fail "alice's client check after sluice init --install"
+out=$(su - alice -c "cd $proj && $SLUICE call read_file --args '{\"path\":\"calc.py\"}'") || fail "alice's read_file: $out"
+[[ "$out" == *"def add"* ]] || fail "alice's read_file printed: $out"
+echo "alice read calc.py through sluice: $(wc -l <<<"$out") lines"
+systemctl stop sluiced.socket "$SVC"
+rm -f /etc/systemd/system/sluiced.service.d/50-sluice-init.conf /etc/sluice/manifest.toml
+mv /tmp/manifest.before-init "$MANIFEST"
+systemctl daemon-reload
+lap "first hour: init --install"
+
 step "scripts/install.sh --uninstall"
 scripts/install.sh --uninstall
 for f in /usr/local/bin/sluiced /usr/local/bin/sluice /usr/local/bin/sluice-helper /usr/local/bin/sluice-init /etc/systemd/system/sluiced.service \

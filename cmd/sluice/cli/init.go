@@ -14,7 +14,7 @@ import (
 )
 
 const initHelp = `Usage: sluice init [DIR] [--format toml|json] [--output FILE] [--force]
-                   [--agent USER] [--socket-group GROUP]...
+                   [--agent USER] [--socket-group GROUP]... [--install]
 
 Write a commented manifest for the project in DIR (default: the current
 directory), detect its test command, and print what to run next.
@@ -40,6 +40,14 @@ commented out: they need Linux 6.3 or later.
   --agent USER        the user (or uid) the agent runs as (default: the user
                       who ran sudo, else you); root approves
   --socket-group G    members of group G are the agent too (repeatable)
+  --install           as root, also do what it would print next: check the
+                      manifest with sluiced --check, install it where the
+                      service reads it (/etc/sluice/manifest.toml or .json;
+                      one already there is kept beside it), write a systemd
+                      drop-in letting the service see and change DIR,
+                      restart the service (or start its socket), and add
+                      the agent's user to group sluice. Then only the
+                      client is left: sluice client setup, as the agent
 
 Exit: 0 written, 1 could not write, 2 usage.
 `
@@ -56,6 +64,7 @@ func (e *env) initProject(args []string) int {
 	output := fs.String("output", "", "the manifest file")
 	force := fs.Bool("force", false, "replace an existing file")
 	agent := fs.String("agent", "", "the agent's user or uid")
+	install := fs.Bool("install", false, "install it for the service")
 	var groups multi
 	fs.Var(&groups, "socket-group", "a group whose members are the agent too")
 	pos, code, ok := e.parse(fs, args, initHelp)
@@ -120,6 +129,9 @@ func (e *env) initProject(args []string) int {
 		return fail("%s lies inside %s: the manifest's write tools could rewrite it, and sluiced refuses such a manifest; write it elsewhere, e.g. --output /etc/sluice/manifest%s", out, dir, f.Ext())
 	}
 
+	if *install && os.Geteuid() != 0 {
+		return fail("%v", scaffold.ErrNotRoot)
+	}
 	uid, name, err := agentUser(*agent)
 	if err != nil {
 		return fail("%v", err)
@@ -176,9 +188,22 @@ func (e *env) initProject(args []string) int {
 	// daemon started by hand chowns it to sluice when that group exists).
 	sock := "sluice"
 	_, gerr := user.LookupGroup(sock)
+	next := scaffold.Next{Manifest: out, Dir: dir, Format: f, Agent: agentName, AgentIsRoot: uid == 0,
+		SocketGroup: sock, SocketGroupExists: gerr == nil}
 	fmt.Fprintln(e.stdout)
-	fmt.Fprint(e.stdout, scaffold.NextSteps(scaffold.Next{Manifest: out, Dir: dir, Format: f, Agent: agentName, AgentIsRoot: uid == 0,
-		SocketGroup: sock, SocketGroupExists: gerr == nil}))
+	if *install {
+		fmt.Fprintln(e.stdout, "Installing it for the service (--install):")
+		_, serr := os.Stat("/run/systemd/system")
+		in := &scaffold.Install{Manifest: out, Dir: dir, Format: f, Agent: name, AgentUID: uid, Out: e.stdout, Systemd: serr == nil}
+		if err := in.Do(); err != nil {
+			fmt.Fprintf(e.stderr, "sluice init --install: %v\n", err)
+			return ExitFailed
+		}
+		fmt.Fprintln(e.stdout)
+		fmt.Fprint(e.stdout, scaffold.InstalledNext(next))
+		return ExitOK
+	}
+	fmt.Fprint(e.stdout, scaffold.NextSteps(next))
 	return ExitOK
 }
 

@@ -98,13 +98,18 @@ func (p *Principal) matchesWorkload(c Caller) bool {
 }
 
 // UnitOf returns the systemd unit a cgroup v2 path belongs to: its
-// deepest component that names a service or a scope
+// shallowest component that names a service or a scope
 // ("/system.slice/agent@1.service/payload" → "agent@1.service"), "" for
-// none. A delegated sub-cgroup belongs to the unit above it.
+// none. A delegated sub-cgroup belongs to the unit above it, whatever it
+// is named: a service with Delegate=yes (and a user's systemd --user
+// manager, user@UID.service) creates and names the cgroups beneath
+// itself, so a component below the first unit is the workload's own
+// choice and never names a unit ("/system.slice/a.service/x/b.service"
+// is a.service, not b.service). Only the service manager, as root,
+// creates the cgroups above.
 func UnitOf(cgroup string) string {
-	comps := strings.Split(cgroup, "/")
-	for i := len(comps) - 1; i >= 0; i-- {
-		if c := comps[i]; strings.HasSuffix(c, ".service") || strings.HasSuffix(c, ".scope") {
+	for c := range strings.SplitSeq(cgroup, "/") {
+		if strings.HasSuffix(c, ".service") || strings.HasSuffix(c, ".scope") {
 			return c
 		}
 	}

@@ -56,7 +56,10 @@ func TestUnitOf(t *testing.T) {
 		"/user.slice/user-1000.slice/session-2.scope": "session-2.scope",
 		"/":                          "",
 		"/kubepods.slice/x.slice":    "",
-		"/a.service/b.scope/c.slice": "b.scope",
+		"/a.service/b.scope/c.slice": "a.service",
+		// named beneath a delegated unit: still that unit
+		"/system.slice/review@pr-7.service/payload/deploy.service":              "review@pr-7.service",
+		"/user.slice/user-1000.slice/user@1000.service/app.slice/agent.service": "user@1000.service",
 	} {
 		if got := UnitOf(in); got != want {
 			t.Errorf("UnitOf(%q) = %q, want %q", in, got, want)

@@ -96,10 +96,12 @@ func (d *Daemon) handleApprovalDecide(w http.ResponseWriter, r *http.Request, pe
 	approver := &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID, Cgroup: peer.Cgroup}
 	base := audit.Record{Kind: audit.KindApproval, ApprovalID: id, CallID: c.id, Principal: approver,
 		Task: pk.shown.task, Tool: pk.shown.tool, Args: pk.shown.args, PolicyVersion: m.Version}
-	if *req.Approve && m.SameApprover(name, peer.UID, pk.shown.principal, c.peer.UID) {
+	if *req.Approve && (m.SameApprover(name, peer.UID, pk.shown.principal, c.peer.UID) || c.tok != nil && m.SameApprover(name, peer.UID, c.tok.peerName, c.peer.UID)) {
 		// Nobody approves their own call: an agent that holds an
 		// approver's uid (or is told by a poisoned document to approve
-		// itself) gets no further than this record.
+		// itself) gets no further than this record. A call made with a
+		// delegation token is its minter's and its peer's both: neither
+		// approves it.
 		msg := fmt.Sprintf("principal %s may not approve a call of its own (call %s of principal %s); another approver principal must", name, c.id, pk.shown.principal)
 		rec := base
 		rec.Verdict, rec.Reason, rec.Detail = api.VerdictDeny, api.ReasonPrincipalNotAllowed, "self-approval refused: "+msg

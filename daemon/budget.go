@@ -40,6 +40,13 @@ func principalKey(name string) string { return "principal:" + name }
 // parent, and a token cannot mint tokens to multiply its budget.
 func tokenKey(id string) string { return "token:" + id }
 
+// mintedKey is the budget every token of a minter shares, beside each
+// token's own, with the minter's limits: without it an agent whose
+// budget is spent would mint a token (or revoke one and mint another)
+// for a fresh budget, and probe on. It is kept for every principal with
+// a budget, token or none, so that revoking every token forgets nothing.
+func mintedKey(minter string) string { return "tokens:" + minter }
+
 // budgetKey is the key a call is admitted and counted against, and how
 // its rule and detail name it.
 func (c *call) budgetKey() (key, who string) {
@@ -64,6 +71,7 @@ func budgetLimits(m *authz.Manifest) map[string]admission.Limits {
 		}
 		if r != nil || b != nil {
 			out[principalKey(name)] = lim
+			out[mintedKey(name)] = lim
 		}
 	}
 	return out
@@ -96,6 +104,12 @@ func (c *call) limited() bool {
 	}
 	key, who := c.budgetKey()
 	v := c.d.budgets.Admit(key)
+	if v.Refused == admission.Admitted && c.tokenID() != "" {
+		// And the budget the minter's tokens share.
+		if v = c.d.budgets.Admit(mintedKey(name)); v.Refused != admission.Admitted {
+			key, who = mintedKey(name), "the tokens of principal "+name
+		}
+	}
 	r, b := c.p.m.Budgets(name)
 	switch v.Refused {
 	case admission.RateLimited:
@@ -140,6 +154,12 @@ func (c *call) countDenial() {
 	}
 	key, who := c.budgetKey()
 	spent, until := c.d.budgets.Denied(key)
+	if c.tokenID() != "" {
+		// Counted in the budget the minter's tokens share too.
+		if s, u := c.d.budgets.Denied(mintedKey(name)); s && !spent {
+			spent, until, who = true, u, "the tokens of principal "+name
+		}
+	}
 	if !spent {
 		return
 	}
@@ -195,16 +215,27 @@ func (d *Daemon) handleBudgetReset(w http.ResponseWriter, _ *http.Request, peer 
 		writeError(w, http.StatusForbidden, api.ErrForbidden, "only an approver principal may reset a budget")
 		return
 	}
-	key := principalKey(principal)
+	key, shared := principalKey(principal), ""
 	if id, ok := strings.CutPrefix(principal, "token:"); ok {
 		key = tokenKey(id) // a delegation token's own budget
+		// and the one its minter's tokens share: the approver means the
+		// token to go on.
+		if minter := d.tokens.minterOf(id); minter != "" {
+			shared = mintedKey(minter)
+		}
+	} else if minter, ok := strings.CutPrefix(principal, "tokens:"); ok {
+		key = mintedKey(minter) // the budget a minter's tokens share
 	}
 	if _, ok := d.budgets.State(key); !ok {
 		writeError(w, http.StatusNotFound, api.ErrNotFound, "principal "+strconv.Quote(principal)+" has no rate or denial_budget in the manifest")
 		return
 	}
+	detail := "budgets of principal " + principal + " reset"
+	if shared != "" {
+		detail += " (and " + shared + ", which its minter's tokens share)"
+	}
 	seq, err := d.ledger.Append(&audit.Record{Kind: audit.KindBudgetReset, PolicyVersion: version,
-		Detail:    "budgets of principal " + principal + " reset",
+		Detail:    detail,
 		Principal: &audit.Principal{Name: name, UID: peer.UID, GID: peer.GID, PID: peer.PID}})
 	if err == nil {
 		err = d.ledger.Sync(seq)
@@ -215,6 +246,9 @@ func (d *Daemon) handleBudgetReset(w http.ResponseWriter, _ *http.Request, peer 
 		return
 	}
 	was, ok := d.budgets.Reset(key)
+	if shared != "" {
+		d.budgets.Reset(shared)
+	}
 	if !ok { // a reload took its budget away meanwhile: nothing left to reset
 		writeError(w, http.StatusNotFound, api.ErrNotFound, "principal "+strconv.Quote(principal)+" has no rate or denial_budget in the manifest")
 		return
@@ -232,9 +266,16 @@ func (d *Daemon) handleBudgetReset(w http.ResponseWriter, _ *http.Request, peer 
 // approver's view also has each live token's ("token:ID").
 func (d *Daemon) budgetStatus(name string, all, tokens bool) []api.StatusBudget {
 	var out []api.StatusBudget
+	var minters map[string]bool // with live tokens
+	if all && tokens {
+		minters = map[string]bool{}
+		for _, t := range d.tokens.list("", true) {
+			minters[t.Minter] = true
+		}
+	}
 	for _, key := range d.budgets.Keys() {
 		principal, ok := strings.CutPrefix(key, "principal:")
-		if !ok && all && tokens && strings.HasPrefix(key, "token:") {
+		if !ok && all && tokens && (strings.HasPrefix(key, "token:") || strings.HasPrefix(key, "tokens:")) {
 			principal, ok = key, true
 		}
 		if !ok || (!all && principal != name) {
@@ -243,6 +284,9 @@ func (d *Daemon) budgetStatus(name string, all, tokens bool) []api.StatusBudget 
 		s, ok := d.budgets.State(key)
 		if !ok {
 			continue
+		}
+		if minter, shared := strings.CutPrefix(key, "tokens:"); shared && !minters[minter] && s.InWindow == 0 && s.LockedUntil.IsZero() {
+			continue // kept for every principal with a budget; shown when its tokens have used it
 		}
 		out = append(out, statusBudget(principal, s))
 	}

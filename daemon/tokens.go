@@ -214,6 +214,16 @@ func (s *tokenStore) revoke(id, minter string, approver bool) bool {
 	return true
 }
 
+// minterOf is the minter of the live token id, "" for none.
+func (s *tokenStore) minterOf(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.byID[id]; g != nil {
+		return g.minter
+	}
+	return ""
+}
+
 // revokeTasks revokes the tokens pinned to the cancelled tasks, and
 // returns their ids.
 func (s *tokenStore) revokeTasks(keys []taskKey) []string {

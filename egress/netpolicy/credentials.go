@@ -141,8 +141,14 @@ func (r *credRule) matches(t *Target) bool {
 
 // Credential is the credentials entry for t's host and port: the key the
 // manifest wrote (what the daemon found its value by) and the header to
-// add. ok is false when the tool names no credential for t.
+// add. ok is false when the tool names no credential for t, and for a
+// plain http target of a tool that may use https: a credential never
+// travels in clear text, whether the agent wrote http:// or a redirect
+// went down to it, unless the operator allowed http alone.
 func (p *Policy) Credential(t *Target) (key, header string, ok bool) {
+	if t != nil && t.Scheme == "http" && p.schemes["https"] {
+		return "", "", false
+	}
 	for i := range p.creds {
 		if p.creds[i].matches(t) {
 			return p.creds[i].key, p.creds[i].header, true

@@ -61,7 +61,10 @@ func TestCredentialMatch(t *testing.T) {
 		url, header string
 	}{
 		{"https://api.example.com/a", "Authorization"},
-		{"http://api.example.com/a", "Authorization"},
+		// Never in clear text while the tool may use https: an agent's
+		// http:// URL, or a redirect down to http on the same host, goes
+		// without it.
+		{"http://api.example.com/a", ""},
 		{"https://api.example.com:443/a", "Authorization"},
 		{"https://api.example.com:8443/a", ""},
 		{"http://api.example.com:443/a", ""},
@@ -77,6 +80,15 @@ func TestCredentialMatch(t *testing.T) {
 		if h != c.header || ok != (c.header != "") {
 			t.Errorf("%s: %q %v, want %q", c.url, h, ok, c.header)
 		}
+	}
+	// A tool that may use plain http only (a loopback service) sends it
+	// there: the operator chose no https.
+	plain := mustPolicy(t, Config{Hosts: []string{"127.0.0.1:8080"}, Schemes: []string{"http"},
+		Credentials: map[string]string{"127.0.0.1:8080": "authorization"}})
+	if tg, err := ParseURL("http://127.0.0.1:8080/a"); err != nil {
+		t.Fatal(err)
+	} else if _, h, ok := plain.Credential(tg); !ok || h != "Authorization" {
+		t.Errorf("an http-only tool's credential: %q %v", h, ok)
 	}
 	tg, err := ParseAuthority("api.example.com:443")
 	if err != nil {

@@ -5,6 +5,7 @@ package daemon
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"runtime"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/internal/fileop"
+	"github.com/sluicehq/sluice/internal/secretscan"
+	"github.com/sluicehq/sluice/internal/securefs"
 )
 
 // The daemon's half of stat (authz/op_stat.go is its pure half): it
@@ -41,6 +44,12 @@ func execStat(c *call, _ func(string, []byte)) *outcome {
 	if err != nil {
 		return &outcome{reason: c.reasonOf(err, "stat")}
 	}
+	secrets := statSecrets(c, h, info)
+	if secrets.Total() > 0 {
+		// A digest of a file holding a secret would let a guess at a
+		// short one be checked offline, as a redacted read's would.
+		info.SHA256 = ""
+	}
 	out, err := json.Marshal(api.Stat{
 		Type:   info.Kind,
 		Size:   info.Size,
@@ -51,7 +60,36 @@ func execStat(c *call, _ func(string, []byte)) *outcome {
 	if err != nil {
 		return &outcome{reason: api.ReasonInternalError}
 	}
-	return &outcome{ok: true, reason: api.ReasonAllowed, output: out, result: &statResult{sha256: info.SHA256}}
+	o := &outcome{ok: true, reason: api.ReasonAllowed, output: out, result: &statResult{sha256: info.SHA256}}
+	if secrets.Total() > 0 {
+		o.redacted = secrets // what hid the digest; the output itself holds none
+	}
+	return o
+}
+
+// statSecrets is what the tool's redact key finds in a regular file a
+// stat hashed, read again from the same fd (pread: the offset is not
+// moved); nil without a redact key or a digest. A read that fails counts
+// as a secret: the digest is left out rather than told unchecked.
+func statSecrets(c *call, h *securefs.Handle, info fileop.Info) secretscan.Counts {
+	s := c.tool.Redactor()
+	if s == nil || info.SHA256 == "" {
+		return nil
+	}
+	rf, err := h.Open() // for reading, from the fd (fileop.Stat's way)
+	if err != nil {
+		return secretscan.Counts{"unchecked": 1}
+	}
+	defer rf.Close()
+	w := s.NewWriter(io.Discard)
+	_, err = io.Copy(w, io.NewSectionReader(rf, 0, info.Size)) // pread: a dup's offset is the handle's
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
+		return secretscan.Counts{"unchecked": 1}
+	}
+	return w.Counts()
 }
 
 // statResult is a stat's own result: a regular file's digest (up to the

@@ -59,8 +59,23 @@ func TestRedactReadSearch(t *testing.T) {
 		"read_file":{"operation":"read","roots":["workspace/src"]},
 		"small":{"operation":"read","roots":["workspace/src"],"max_bytes":40},
 		"search":{"operation":"search","roots":["workspace/src"]},
+		"stat":{"operation":"stat","roots":["workspace/src"]},
 		"plain":{"operation":"read","roots":["workspace/src"],"redact":{"builtin":false}}}}`)
 	h := start(t, m, securefs.ModeAuto)
+
+	// A stat of a file holding secrets tells no digest (it would confirm
+	// a guessed secret); of a clean file, it does.
+	testutil.Must(t, os.WriteFile(filepath.Join(fx.Base, "workspace/src/clean.txt"), []byte("nothing to see\n"), 0o644))
+	for path, secret := range map[string]bool{"workspace/src/creds.txt": true, "workspace/src/clean.txt": false} {
+		res, body := h.call("stat", map[string]any{"path": path})
+		var st api.Stat
+		if !res.OK || res.Output == nil || json.Unmarshal([]byte(*res.Output), &st) != nil {
+			t.Fatalf("stat %s: %s", path, body)
+		}
+		if secret != (st.SHA256 == "") || secret != (res.Redacted > 0) || (res.Source != nil && (res.Source.SHA256 == "") != secret) {
+			t.Errorf("stat %s: sha256 %q, redacted %d, source %+v", path, st.SHA256, res.Redacted, res.Source)
+		}
+	}
 
 	res, body := h.call("read_file", map[string]any{"path": "workspace/src/creds.txt"})
 	checkNoSecret(t, "read", body)

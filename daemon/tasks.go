@@ -56,7 +56,10 @@ func (d *Daemon) handleTaskCancel(w http.ResponseWriter, r *http.Request, peer P
 	}
 	n, gen := d.calls.cancelTask(keys)
 	revoked := d.tokens.revokeTasks(keys) // the task's delegation tokens end with it
-	d.approvals.grants.endTasks(keys)     // and its grants
+	if len(revoked) > 0 {
+		d.tokensChanged() // and their budgets
+	}
+	d.approvals.grants.endTasks(keys) // and its grants
 	d.log.Info("task cancelled", "task", task, "of", owners, "by", name, "calls_ended", n, "generation", gen, "tokens_revoked", revoked)
 	writeJSON(w, http.StatusOK, api.TaskCancel{Task: task, Generation: gen, Ended: n})
 }

@@ -241,10 +241,11 @@ func (d *Daemon) handleTokenRevoke(w http.ResponseWriter, r *http.Request, peer 
 		return
 	}
 	d.tokensChanged()
+	ended := d.calls.cancelTokenCalls(id, "token "+id+" revoked by "+name)
 	if err := d.auditToken(version, peer, name, &tokenGrant{id: id}, "revoked by "+name); err != nil {
 		d.log.Error("audit token record failed (the token is revoked)", "err", err, "token_id", id)
 	}
-	d.log.Info("token revoked", "token_id", id, "by", name)
+	d.log.Info("token revoked", "token_id", id, "by", name, "calls_ended", ended)
 	writeJSON(w, http.StatusOK, api.TokenRevoked{ID: id})
 }
 
@@ -312,6 +313,22 @@ func (g *registry) cancelTokenCall(id, tokenID, by string) bool {
 	}
 	c.stop(&cancelError{by: by})
 	return true
+}
+
+// cancelTokenCalls ends every call in flight made with token tokenID
+// (a revoke's: nothing keeps running on a token that no longer is), and
+// says how many.
+func (g *registry) cancelTokenCalls(tokenID, by string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, c := range g.calls {
+		if tokenID != "" && c.tokenID() == tokenID && !c.answered.Load() {
+			c.stop(&cancelError{by: by})
+			n++
+		}
+	}
+	return n
 }
 
 // pinTask gives a call that names no task its token's task, before the

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/escapetest"
 	"github.com/sluicehq/sluice/internal/securefs"
 	"github.com/sluicehq/sluice/internal/testutil"
 )
@@ -415,5 +416,33 @@ func TestTokenBudget(t *testing.T) {
 		}); len(recs) != 1 {
 			t.Errorf("%d token records %q of %s, want 1", len(recs), what, tc.ID)
 		}
+	}
+}
+
+// TestTokenRevokeEndsItsCalls: revoking a token ends the calls in flight
+// made with it (reason cancelled, the detail naming the revoke), as a
+// task cancel does; nothing keeps running on a token that no longer is.
+func TestTokenRevokeEndsItsCalls(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	m := writeManifest(t, fx.Base, fmt.Sprintf(`{"schema_version":1,
+	  "principals":{"orch":{"uids":[%d],"tools":["*"],"approver":true}},
+	  "tools":{"sleeper":{"operation":"execute","commands":[["sleep","30"]],"timeout_ms":60000,"pool":0}}}`, os.Getuid()))
+	h := start(t, m, securefs.ModeAuto)
+	tc := h.mint(api.TokenRequest{Tools: []string{"sleeper"}, Subject: "sub", TTLSeconds: 600})
+	sub := h.as(tc.Token, -1)
+	sleeper := startStream(sub, context.Background(), api.CallRequest{Tool: "sleeper"})
+	if ev := sleeper.next(t, "the sleeper's decision"); ev.Verdict != api.VerdictAllow {
+		t.Fatalf("sleeper: %s", ev.Raw)
+	}
+	if _, err := h.c.RevokeToken(context.Background(), tc.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r := sleeper.wait(t); r.Reason != api.ReasonCancelled || r.OK {
+		t.Fatalf("the token's call after its revoke: %+v", r)
+	}
+	if rec := ledgerResult(t, h, sleeper.res.CallID); !strings.Contains(fmt.Sprint(rec["detail"]), "token "+tc.ID+" revoked") {
+		t.Fatalf("result record: %v", rec)
 	}
 }

@@ -536,6 +536,16 @@ type Approval struct {
 	// the call (the tool's approvers); ApprovedBy who has (api/approval.go).
 	Approvers  int      `json:"approvers,omitempty"`
 	ApprovedBy []string `json:"approved_by,omitempty"`
+	// Token is the delegation token the call was made with, if any: the
+	// principal above is its minter, whose rights the token narrowed
+	// (docs/tokens.md); a sub-agent's call, not the principal's own.
+	Token *ApprovalToken `json:"token,omitempty"`
+}
+
+// ApprovalToken names the delegation token a parked call was made with.
+type ApprovalToken struct {
+	ID      string `json:"id"`
+	Subject string `json:"subject,omitempty"`
 }
 
 // ApprovalChange shows an approver what a parked call would change, as

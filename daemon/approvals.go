@@ -67,6 +67,7 @@ type parked struct {
 type parkedView struct {
 	callID, principal, tool, task string
 	args                          json.RawMessage
+	token                         *api.ApprovalToken // the call's delegation token, if any
 	t                             *authz.Tool
 	op                            *opSpec
 	path                          string // the first target's path, when it is one
@@ -230,6 +231,9 @@ func (c *call) awaitApproval(em emitter) bool {
 	c.closeHandles()
 	pk.shown = parkedView{callID: c.id, principal: c.areq.Principal, tool: c.req.Tool, task: c.req.Task, args: c.argsRecord,
 		t: c.tool, op: c.op, change: c.op.Approval(c.tool, &c.args)}
+	if id := c.tokenID(); id != "" {
+		pk.shown.token = &api.ApprovalToken{ID: id, Subject: c.tok.g.subject}
+	}
 	if tg := c.op.Targets; len(tg) > 0 && tg[0].Resolve != authz.ResolveNet {
 		if v := tg[0].Value(c.areq.Args); v != nil {
 			pk.shown.path = *v
@@ -405,7 +409,7 @@ func (d *Daemon) handleApprovals(w http.ResponseWriter, r *http.Request, peer Pe
 		v := &pk.shown
 		out.Approvals = append(out.Approvals, api.Approval{ApprovalID: pk.id, CallID: v.callID, Principal: v.principal,
 			Tool: v.tool, Args: v.args, Task: v.task, ExpiresAt: pk.expires.UTC().Format(time.RFC3339Nano),
-			Change: d.approvalChange(r.Context(), p, pk), Approvers: pk.need, ApprovedBy: pk.approved()})
+			Change: d.approvalChange(r.Context(), p, pk), Approvers: pk.need, ApprovedBy: pk.approved(), Token: v.token})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -446,3 +446,38 @@ func TestTokenRevokeEndsItsCalls(t *testing.T) {
 		t.Fatalf("result record: %v", rec)
 	}
 }
+
+// TestTokenCallParkedShowsToken: a call parked for approval that was made
+// with a delegation token is listed with the token (id, subject) beside
+// its principal, the minter: an approver sees a sub-agent's call as one.
+func TestTokenCallParkedShowsToken(t *testing.T) {
+	testutil.RequireRoot(t)
+	fx := escapetest.Build(t)
+	testutil.Must(t, os.Chmod(fx.Base, 0o755))
+	m := writeManifest(t, fx.Base, fmt.Sprintf(`{"schema_version":1,
+	  "principals":{"agent":{"uids":[%d],"tools":["*"]},"ops":{"uids":[0],"tools":[],"approver":true}},
+	  "tools":{"gated":{"operation":"read","roots":["workspace/src"],"approval":"human"}}}`, agentUID))
+	h := start(t, m, securefs.ModeAuto)
+	agent := clientAs(h.socket, agentUID)
+	defer agent.Close()
+	tc, err := agent.CreateToken(context.Background(), api.TokenRequest{Tools: []string{"gated"}, Subject: "reviewer", TTLSeconds: 600})
+	testutil.Must(t, err)
+	sub := clientAs(h.socket, agentUID)
+	defer sub.Close()
+	testutil.Must(t, sub.SetToken(tc.Token))
+	done := make(chan *api.CallResult, 1)
+	go func() {
+		r, _ := sub.Call(context.Background(), api.CallRequest{Tool: "gated", Args: json.RawMessage(`{"path":"workspace/src/a.py"}`)})
+		done <- r
+	}()
+	a := waitListed(t, h, 1)[0]
+	if a.Principal != "agent" || a.Token == nil || a.Token.ID != tc.ID || a.Token.Subject != "reviewer" {
+		t.Fatalf("listed: %+v (token %+v)", a, a.Token)
+	}
+	if _, err := h.c.Decide(context.Background(), a.ApprovalID, false, "no"); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r == nil || r.Reason != api.ReasonApprovalDenied {
+		t.Fatalf("the token's parked call: %+v", r)
+	}
+}

@@ -183,7 +183,7 @@ func printApprovals(w io.Writer, list []api.Approval, header bool) {
 	shown := make([]screen, len(list))
 	for i, a := range list {
 		s := &shown[i]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.field(a.ApprovalID), s.field(a.Principal), s.field(a.Tool),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.field(a.ApprovalID), s.field(approvalWho(a)), s.field(a.Tool),
 			s.field(string(a.Args)), s.field(dash(a.Task)), s.field(a.ExpiresAt))
 	}
 	tw.Flush()
@@ -278,7 +278,7 @@ func printChange(w io.Writer, a api.Approval, s *screen) {
 	if ch.Kind != "" {
 		verb += " " + s.field(string(ch.Kind))
 	}
-	fmt.Fprintf(w, "\n%s (%s, %s) %s:\n", s.field(a.ApprovalID), s.field(a.Principal), s.field(a.Tool), verb)
+	fmt.Fprintf(w, "\n%s (%s, %s) %s:\n", s.field(a.ApprovalID), s.field(approvalWho(a)), s.field(a.Tool), verb)
 	if a.Approvers > 1 {
 		who := "none yet"
 		if len(a.ApprovedBy) > 0 {
@@ -476,4 +476,17 @@ func (e *env) tasks(args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "cancelled task %s: %d call(s) ended, generation %d\n", t.Task, t.Ended, t.Generation)
 	return ExitOK
+}
+
+// approvalWho is who a parked call is of: its principal, and the
+// delegation token (a sub-agent) it was made with.
+func approvalWho(a api.Approval) string {
+	if a.Token == nil {
+		return a.Principal
+	}
+	who := a.Principal + " via token " + a.Token.ID
+	if a.Token.Subject != "" {
+		who += " (" + a.Token.Subject + ")"
+	}
+	return who
 }

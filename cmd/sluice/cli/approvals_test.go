@@ -113,3 +113,14 @@ func TestApprovalsScaleCLI(t *testing.T) {
 		t.Fatalf("approvals --watch --json: %d\n%s", code, out)
 	}
 }
+
+// TestApprovalWho: a parked call made with a delegation token shows it
+// beside its principal.
+func TestApprovalWho(t *testing.T) {
+	if got := approvalWho(api.Approval{Principal: "agent"}); got != "agent" {
+		t.Errorf("%q", got)
+	}
+	if got := approvalWho(api.Approval{Principal: "agent", Token: &api.ApprovalToken{ID: "t-1", Subject: "reviewer"}}); got != "agent via token t-1 (reviewer)" {
+		t.Errorf("%q", got)
+	}
+}

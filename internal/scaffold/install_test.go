@@ -86,7 +86,9 @@ func TestInstall(t *testing.T) {
 	// A manifest sluiced refuses: nothing is installed.
 	root2 := t.TempDir()
 	in2 := &Install{Manifest: manifest, Dir: "/srv/proj", Format: TOML, Out: &out, Root: root2, Systemd: true,
-		Run: func(name string, args ...string) ([]byte, error) { return []byte("manifest: tools: missing"), errors.New("exit status 1") }}
+		Run: func(name string, args ...string) ([]byte, error) {
+			return []byte("manifest: tools: missing"), errors.New("exit status 1")
+		}}
 	if err := in2.Do(); err == nil || !strings.Contains(err.Error(), "tools: missing") {
 		t.Fatalf("a refused manifest: %v", err)
 	}

@@ -21,6 +21,8 @@ import (
 	"strings"
 
 	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // Scope is where a client's entry goes: the user's own config, or the
@@ -297,29 +299,9 @@ func (p *Plan) Apply() error {
 	return nil
 }
 
+// writeAtomic replaces path with data whole (atomicfile.Write).
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op once renamed
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, data, mode, true)
 }
 
 // Entry reads sluice's entry back from the first of c's ServerFiles that

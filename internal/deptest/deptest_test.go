@@ -74,6 +74,11 @@ func forbidden(pkg, imp string) string {
 	case "internal/scaffold":
 		// sluice init's manifest writer: text out, the project's top
 		// level in; its tests load what it writes with authz and daemon.
+		if (ours && local != "internal/atomicfile") || thirdParty {
+			return pkg + " is a leaf: internal/atomicfile and the standard library only"
+		}
+	case "internal/atomicfile":
+		// A file written whole or not at all (scaffold, clientsetup).
 		if ours || thirdParty {
 			return pkg + " is a leaf on the standard library"
 		}

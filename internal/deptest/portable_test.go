@@ -14,7 +14,7 @@ import (
 // verify, sluice replay). linuxOnly are the packages that must not creep
 // into them: on other platforms they hold at most an ErrUnsupported.
 var (
-	portable  = []string{"api", "client", "mcp", "audit", "authz", "replay", "cmd/sluice", "cmd/sluice/cli", "internal/scaffold"}
+	portable  = []string{"api", "client", "mcp", "audit", "authz", "replay", "cmd/sluice", "cmd/sluice/cli", "internal/scaffold", "internal/atomicfile"}
 	linuxOnly = []string{"daemon", "sandbox", "internal/fsview", "internal/securefs", "internal/fileop", "internal/walk"}
 )
 

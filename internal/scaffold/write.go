@@ -1,75 +1,21 @@
 package scaffold
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/atomicfile"
 )
 
 // ErrExists is WriteFile's refusal to replace a file without force.
-var ErrExists = errors.New("already exists")
+var ErrExists = atomicfile.ErrExists
 
-// WriteFile writes data to path atomically: into a temporary file in the
-// same directory, synced, then linked into place (which fails if path
-// exists: no window between a check and the write) or, with force, renamed
-// over it. Nothing half-written is ever left at path, and the temporary
-// file is removed on every error.
-func WriteFile(path string, data []byte, force bool) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if tmp != "" {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if force {
-		if err := os.Rename(tmp, path); err != nil {
-			return err
-		}
-		tmp = ""
-	} else {
-		switch err := os.Link(tmp, path); {
-		case errors.Is(err, fs.ErrExist):
-			return fmt.Errorf("%s: %w", path, ErrExists)
-		case err != nil:
-			// A file system without hard links: check, then rename
-			// (a narrow window, only there).
-			if _, serr := os.Lstat(path); serr == nil {
-				return fmt.Errorf("%s: %w", path, ErrExists)
-			}
-			if err := os.Rename(tmp, path); err != nil {
-				return err
-			}
-			tmp = ""
-		}
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+// WriteFile writes data to path atomically (atomicfile.Write), mode 0644:
+// linked into place, so an existing file is never replaced, or with force
+// renamed over it.
+func WriteFile(path string, data []byte, force bool) error {
+	return atomicfile.Write(path, data, 0o644, force)
 }
 
 // DefaultOutput is where the manifest for dir goes when no --output is

@@ -426,6 +426,47 @@ func processesInScope(r *Runner) int {
 	return n
 }
 
+// processesInBox lists the live processes in b's cgroups, but for pid,
+// from each process's /proc/PID/cgroup; zombies are not counted.
+func processesInBox(b *Box, pid int) []int {
+	var dir string
+	for _, d := range b.cgroups {
+		dir = d
+		break
+	}
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || n == pid {
+			continue
+		}
+		cg, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
+		st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && strings.HasPrefix(string(st[i:]), ") Z") {
+			continue
+		}
+		if dir != "" && strings.Contains(string(cg), strings.TrimPrefix(dir, cgroupMountOf(dir))+"\n") {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// cgroupMountOf is the cgroup file system mount a cgroup directory is
+// beneath (/sys/fs/cgroup/pids, /sys/fs/cgroup, ...).
+func cgroupMountOf(dir string) string {
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	best := ""
+	for _, line := range strings.Split(string(mounts), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && (f[2] == "cgroup" || f[2] == "cgroup2") && strings.HasPrefix(dir, f[1]+"/") && len(f[1]) > len(best) {
+			best = f[1]
+		}
+	}
+	return best
+}
+
 func TestOutputCap(t *testing.T) {
 	r := newRunner(t)
 	f := newFixture(t)

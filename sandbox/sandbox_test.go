@@ -165,6 +165,60 @@ func TestReview5NoProcessOutlivesCall(t *testing.T) {
 	}
 }
 
+// TestNothingButHelperOutlivesExec: a call may return before the box's
+// PID 1 has exited (ExecHeld's early end), but never while anything else
+// of the box runs: a command that leaves a process behind, with or
+// without its output pipes, is waited for as before. The helper here
+// stays 2 s after its report, so what runs when ExecHeld returns is
+// seen; the check reads /proc, not the cgroup file the early end trusts.
+func TestNothingButHelperOutlivesExec(t *testing.T) {
+	r, err := NewRunnerWith(t.TempDir(), testutil.LingeringHelper(t), slog.New(slog.NewTextHandler(io.Discard, nil)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Wait(); r.Close() })
+	f := newFixture(t)
+	for _, c := range []struct {
+		script string
+		early  bool // PID 1 may still be there
+	}{
+		{`true`, true},
+		{`exit 7`, true},
+		{`kill -TERM $$`, true},
+		{`(sleep 300 </dev/null >/dev/null 2>&1 &); exit 0`, false},
+		{`sleep 300 & exit 0`, false},
+		{`(setsid sh -c 'sleep 300 & exit' </dev/null >/dev/null 2>&1 &); exec >&- 2>&-; exit 0`, false},
+	} {
+		b, err := r.Create(f.spec(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.ExecHeld(context.Background(), []string{"sh", "-c", c.script}, 1<<16, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, _ := b.proc.Pid()
+		if others := processesInBox(b, pid); len(others) > 0 {
+			t.Errorf("%s: processes %v of the box run after ExecHeld returned (PID 1 is %d)", c.script, others, pid)
+		}
+		select {
+		case <-b.exited:
+			if c.early {
+				t.Errorf("%s: ExecHeld waited for PID 1's exit", c.script)
+			}
+		default:
+			if !c.early {
+				t.Errorf("%s: ExecHeld returned before PID 1's exit with a process left behind", c.script)
+			}
+		}
+		want := map[string]int{`exit 7`: 7, `kill -TERM $$`: 128 + 15}[c.script]
+		if res.ExitCode != want {
+			t.Errorf("%s: exit %d, want %d", c.script, res.ExitCode, want)
+		}
+		b.Release()
+	}
+}
+
 // TestReview5SignalToSelf (the fifth review): a command that ends itself
 // with a signal, as `kill -TERM $$` or abort(3) do, is reported killed by
 // that signal. As its container's PID 1 (the helper exec'd it) it was

@@ -291,8 +291,27 @@ func Probe(t testing.TB) string {
 
 var (
 	helper = &cProgram{src: "sandbox/helper/helper.c", name: "sluice-helper", flags: []string{"-O2", "-s"}}
-	probe  = &cProgram{src: "sandbox/testdata/probe.c", name: "probe", flags: []string{"-O1"}}
+	// lingerHelper is the helper built to stay 2 s after its report
+	// (LingeringHelper).
+	lingerHelper = &cProgram{src: "sandbox/helper/helper.c", name: "sluice-helper", flags: []string{"-O2", "-s", "-DSLUICE_HELPER_LINGER_MS=2000"}}
+	probe        = &cProgram{src: "sandbox/testdata/probe.c", name: "probe", flags: []string{"-O1"}}
 )
+
+// LingeringHelper is a sluice-helper that stays 2 s after reporting how
+// its command ended, beside a link to Helper's sluice-init: what a call
+// does before its box's PID 1 exits can be seen.
+func LingeringHelper(t testing.TB) string {
+	t.Helper()
+	init := filepath.Join(filepath.Dir(Helper(t)), "sluice-init")
+	p := lingerHelper.build(t)
+	link := filepath.Join(filepath.Dir(p), "sluice-init")
+	if _, err := os.Lstat(link); err != nil {
+		if err := os.Symlink(init, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
 
 // cProgram is a C source of the repository built static with gcc, once.
 type cProgram struct {

@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -110,6 +111,13 @@ int main(int argc0, char **argv0) {
 		puts(PROTOCOL);
 		return 0;
 	}
+	/* Not dumpable: a command runs as the same uid as this process, and
+	 * must not be able to ptrace it or write its memory through /proc/1
+	 * (sluiced trusts its status report; see reported in sandbox). */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+		perror("sluice-helper: prctl");
+		return 126;
+	}
 	int status_fd = -1;
 	if (argc0 == 2 || argc0 == 4) {
 		char *end;
@@ -175,15 +183,18 @@ int main(int argc0, char **argv0) {
 		close(status_fd);
 		_exit(run(argv));
 	}
+	/* Only the command holds its output pipes now, so sluiced sees their
+	 * end as soon as the command and whatever it started are gone, without
+	 * waiting for this process's own exit. Nothing below writes to them. */
+	close(1);
+	close(2);
 	int st = 0;
 	for (;;) {
 		pid_t w = waitpid(-1, &st, 0);
 		if (w == child)
 			break;
-		if (w < 0 && errno != EINTR) {
-			perror("sluice-helper: wait");
+		if (w < 0 && errno != EINTR)
 			return 126;
-		}
 	}
 	char msg[32];
 	int code = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
@@ -191,5 +202,10 @@ int main(int argc0, char **argv0) {
 	                          : snprintf(msg, sizeof msg, "exit %d\n", code);
 	while (write(status_fd, msg, (size_t)len) < 0 && errno == EINTR)
 		;
+#ifdef SLUICE_HELPER_LINGER_MS
+	/* Tests only: a PID 1 slow to exit after its report, so that a test
+	 * can see what a call returns before PID 1 is gone. */
+	usleep(SLUICE_HELPER_LINGER_MS * 1000);
+#endif
 	return code;
 }

@@ -49,11 +49,33 @@ func mintedKey(minter string) string { return "tokens:" + minter }
 
 // budgetKey is the key a call is admitted and counted against, and how
 // its rule and detail name it.
-func (c *call) budgetKey() (key, who string) {
+func (c *call) budgetKey() string {
 	if id := c.tokenID(); id != "" {
-		return tokenKey(id), "token " + id + " (of principal " + c.areq.Principal + ")"
+		return tokenKey(id)
 	}
-	return principalKey(c.areq.Principal), "principal " + c.areq.Principal
+	return principalKey(c.areq.Principal)
+}
+
+// budgetWho names, in a refusal's detail, whose budget key is: the
+// call's token or principal, or the tokens its principal minted. Built
+// only for a refusal, never on an admitted call's path.
+func (c *call) budgetWho(key string) string {
+	switch name := c.areq.Principal; key {
+	case mintedKey(name):
+		return "the tokens of principal " + name
+	case principalKey(name):
+		return "principal " + name
+	}
+	return "token " + c.tokenID() + " (of principal " + c.areq.Principal + ")"
+}
+
+// denialBudget says a principal's denial budget, with its figures when
+// the manifest has them.
+func denialBudget(m *authz.Manifest, name string) string {
+	if _, b := m.Budgets(name); b != nil {
+		return fmt.Sprintf("its denial budget (%d denials within %d s)", b.Denials, b.WindowS)
+	}
+	return "its denial budget"
 }
 
 // budgetLimits is the limits of every principal with a budget in m. The
@@ -102,31 +124,26 @@ func (c *call) limited() bool {
 	if name == "" {
 		return false // a peer mapped to no principal: denied anyway, its records rate limited (ratelimit.go)
 	}
-	key, who := c.budgetKey()
+	key := c.budgetKey()
 	v := c.d.budgets.Admit(key)
 	if v.Refused == admission.Admitted && c.tokenID() != "" {
 		// And the budget the minter's tokens share.
 		if v = c.d.budgets.Admit(mintedKey(name)); v.Refused != admission.Admitted {
-			key, who = mintedKey(name), "the tokens of principal "+name
+			key = mintedKey(name)
 		}
 	}
-	r, b := c.p.m.Budgets(name)
 	switch v.Refused {
 	case admission.RateLimited:
 		c.dec = authz.Decision{Verdict: api.VerdictDeny, Reason: api.ReasonRateLimited, Rule: "principals." + name + ".rate"}
 		limit := "its rate"
-		if r != nil {
+		if r, _ := c.p.m.Budgets(name); r != nil {
 			limit = r.String()
 		}
-		c.limitDetail = fmt.Sprintf("%s is over %s; retry at %s", who, limit, stamp(v.Until))
+		c.limitDetail = fmt.Sprintf("%s is over %s; retry at %s", c.budgetWho(key), limit, stamp(v.Until))
 	case admission.BudgetExhausted:
 		c.dec = authz.Decision{Verdict: api.VerdictDeny, Reason: api.ReasonBudgetExhausted, Rule: "principals." + name + ".denial_budget"}
-		spent := "its denial budget"
-		if b != nil {
-			spent = fmt.Sprintf("its denial budget (%d denials within %d s)", b.Denials, b.WindowS)
-		}
 		c.limitDetail = fmt.Sprintf("%s spent %s: every call is refused until %s, or until an approver resets it (sluice budget reset %s)",
-			who, spent, stamp(v.Until), strings.TrimPrefix(key, "principal:"))
+			c.budgetWho(key), denialBudget(c.p.m, name), stamp(v.Until), strings.TrimPrefix(key, "principal:"))
 	default:
 		return false
 	}
@@ -152,24 +169,19 @@ func (c *call) countDenial() {
 	if name == "" || c.dec.Allowed() || c.dec.Pending() || !budgetCounts[c.dec.Reason] {
 		return
 	}
-	key, who := c.budgetKey()
+	key := c.budgetKey()
 	spent, until := c.d.budgets.Denied(key)
 	if c.tokenID() != "" {
 		// Counted in the budget the minter's tokens share too.
 		if s, u := c.d.budgets.Denied(mintedKey(name)); s && !spent {
-			spent, until, who = true, u, "the tokens of principal "+name
+			spent, until, key = true, u, mintedKey(name)
 		}
 	}
 	if !spent {
 		return
 	}
-	_, b := c.p.m.Budgets(name)
-	budget := "its denial budget"
-	if b != nil {
-		budget = fmt.Sprintf("its denial budget (%d denials within %d s)", b.Denials, b.WindowS)
-	}
 	c.limitDetail = fmt.Sprintf("this denial spent %s's %s: every call is refused budget_exhausted until %s, or until an approver resets it",
-		who, strings.TrimPrefix(budget, "its "), stamp(until))
+		c.budgetWho(key), strings.TrimPrefix(denialBudget(c.p.m, name), "its "), stamp(until))
 	c.d.log.Warn("denial budget spent: the principal's calls are refused until the window passes or an approver resets it",
 		"principal", name, "until", stamp(until), "call_id", c.id, "reason", c.dec.Reason)
 }

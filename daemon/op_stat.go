@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/internal/fileop"
 	"github.com/sluicehq/sluice/internal/secretscan"
-	"github.com/sluicehq/sluice/internal/securefs"
 )
 
 // The daemon's half of stat (authz/op_stat.go is its pure half): it
@@ -40,11 +39,18 @@ func execStat(c *call, _ func(string, []byte)) *outcome {
 			return &outcome{reason: c.reasonOf(errHardLinked, "stat")}
 		}
 	}
-	info, err := fileop.Stat(c.ctx, h)
+	// With a redact key the bytes hashed are scanned in the same pass.
+	var scan *secretscan.Writer
+	var tee io.Writer
+	if s := c.tool.Redactor(); s != nil {
+		scan = s.NewWriter(io.Discard)
+		tee = scan
+	}
+	info, err := fileop.StatTee(c.ctx, h, tee)
 	if err != nil {
 		return &outcome{reason: c.reasonOf(err, "stat")}
 	}
-	secrets := statSecrets(c, h, info)
+	secrets := statSecrets(scan, info)
 	if secrets.Total() > 0 {
 		// A digest of a file holding a secret would let a guess at a
 		// short one be checked offline, as a redacted read's would.
@@ -67,29 +73,17 @@ func execStat(c *call, _ func(string, []byte)) *outcome {
 	return o
 }
 
-// statSecrets is what the tool's redact key finds in a regular file a
-// stat hashed, read again from the same fd (pread: the offset is not
-// moved); nil without a redact key or a digest. A read that fails counts
-// as a secret: the digest is left out rather than told unchecked.
-func statSecrets(c *call, h *securefs.Handle, info fileop.Info) secretscan.Counts {
-	s := c.tool.Redactor()
-	if s == nil || info.SHA256 == "" {
+// statSecrets is what the tool's redact key found in the bytes a stat
+// hashed (scan, fed by fileop.StatTee); nil without a redact key or a
+// digest.
+func statSecrets(scan *secretscan.Writer, info fileop.Info) secretscan.Counts {
+	if scan == nil || info.SHA256 == "" {
 		return nil
 	}
-	rf, err := h.Open() // for reading, from the fd (fileop.Stat's way)
-	if err != nil {
-		return secretscan.Counts{"unchecked": 1}
+	if scan.Flush() != nil {
+		return secretscan.Counts{"unchecked": 1} // the digest is left out rather than told unchecked
 	}
-	defer rf.Close()
-	w := s.NewWriter(io.Discard)
-	_, err = io.Copy(w, io.NewSectionReader(rf, 0, info.Size)) // pread: a dup's offset is the handle's
-	if err == nil {
-		err = w.Flush()
-	}
-	if err != nil {
-		return secretscan.Counts{"unchecked": 1}
-	}
-	return w.Counts()
+	return scan.Counts()
 }
 
 // statResult is a stat's own result: a regular file's digest (up to the

@@ -9,10 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/sluicehq/sluice/api"
@@ -111,29 +109,7 @@ func TestWorkloadPrincipals(t *testing.T) {
 
 	from := func(cgroup, tool string, args map[string]string) *api.CallResult {
 		t.Helper()
-		cg, err := os.Open(filepath.Join(mnt, cgroup))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cg.Close()
-		spec, _ := json.Marshal(map[string]any{"Socket": h.socket, "Tool": tool, "Args": args})
-		cmd := exec.Command(os.Args[0], "-test.run=^TestWorkloadChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "SLUICE_WORKLOAD_CHILD="+string(spec))
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
-		_, after, ok := bytes.Cut(out, []byte("RESULT:"))
-		if !ok {
-			t.Fatalf("child printed no result:\n%s", out)
-		}
-		line, _, _ := bytes.Cut(after, []byte("\n"))
-		var res api.CallResult
-		if err := json.Unmarshal(line, &res); err != nil {
-			t.Fatalf("%v: %s", err, line)
-		}
-		return &res
+		return callFromCgroup(t, mnt, h.socket, cgroup, tool, args)
 	}
 
 	if res := from(pod, "read_file", map[string]string{"path": "src/a.txt"}); res.Reason != api.ReasonAllowed {

@@ -33,6 +33,14 @@ type Info struct {
 // A FIFO, socket or device is described and never opened for I/O. A file
 // that grew past the cap while being hashed is reported without a digest.
 func Stat(ctx context.Context, h *securefs.Handle) (Info, error) {
+	return StatTee(ctx, h, nil)
+}
+
+// StatTee is Stat that also hands every byte it hashes to tee, in the same
+// pass (a redact scan sees exactly the bytes the digest is of). tee gets
+// nothing when nothing is hashed, and only part of a file that turns out
+// larger than the hash cap (whose Info then has no digest).
+func StatTee(ctx context.Context, h *securefs.Handle, tee io.Writer) (Info, error) {
 	f := h.File()
 	if f == nil { // a socket the fallback resolver could only stat
 		return Info{Kind: h.Kind, Size: h.Stat.Size, Perm: h.Stat.Mode & 0o7777, ModTime: mtime(&h.Stat)}, nil
@@ -54,7 +62,11 @@ func Stat(ctx context.Context, h *securefs.Handle) (Info, error) {
 	defer rf.Close()
 	// pread, not read: the fallback resolver's Open is a dup sharing the
 	// handle's file offset.
-	n, sum, err := hashBounded(ctx, io.NewSectionReader(rf, 0, MaxHashBytes+1), MaxHashBytes)
+	var r io.Reader = io.NewSectionReader(rf, 0, MaxHashBytes+1)
+	if tee != nil {
+		r = io.TeeReader(r, tee)
+	}
+	n, sum, err := hashBounded(ctx, r, MaxHashBytes)
 	switch {
 	case errors.Is(err, ErrTooLarge):
 		return info, nil

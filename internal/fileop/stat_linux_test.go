@@ -50,10 +50,16 @@ func TestStatInfo(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				info, err := Stat(context.Background(), h)
+				var tee teeCount
+				info, err := StatTee(context.Background(), h, &tee)
 				h.Close()
 				if err != nil || string(info.Kind) != c.kind || info.SHA256 != c.sum || (c.size >= 0 && info.Size != c.size) || info.Perm != c.perm {
 					t.Errorf("Stat(%s) = %+v, %v; want %s size %d perm %o sum %q", c.path, info, err, c.kind, c.size, c.perm, c.sum)
+				}
+				// What the digest is of, and nothing of what has none
+				// but the part of a file over the cap.
+				if (c.sum != "" && (tee.head != "hello\n" || tee.n != 6)) || (c.kind != "file" && tee.n != 0) {
+					t.Errorf("StatTee(%s) handed %d bytes %q", c.path, tee.n, tee.head)
 				}
 				if c.path == "a" && !info.ModTime.Equal(when) {
 					t.Errorf("mtime %v, want %v", info.ModTime, when)
@@ -71,4 +77,18 @@ func TestStatInfo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// teeCount counts what StatTee hands it and keeps its first 64 bytes.
+type teeCount struct {
+	n    int64
+	head string
+}
+
+func (w *teeCount) Write(p []byte) (int, error) {
+	if len(w.head) < 64 {
+		w.head += string(p[:min(len(p), 64-len(w.head))])
+	}
+	w.n += int64(len(p))
+	return len(p), nil
 }

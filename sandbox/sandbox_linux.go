@@ -832,6 +832,9 @@ func (b *Box) ExecHeld(ctx context.Context, argv []string, max int64, onChunk fu
 	if !early {
 		<-b.exited
 	}
+	if status != nil {
+		<-status // the status line is read (PID 1 is gone or has told it)
+	}
 	// PID 1 is gone (or, early, is all that is left and only exits), so
 	// every write end of the pipes is closed; the readers finish.
 	wg.Wait()

@@ -434,6 +434,10 @@ func processesInBox(b *Box, pid int) []int {
 		dir = d
 		break
 	}
+	if dir == "" {
+		panic("processesInBox: the box has no cgroup")
+	}
+	line := strings.TrimPrefix(dir, cgroupMountOf(dir)) + "\n" // as /proc/PID/cgroup ends it
 	var out []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -446,7 +450,7 @@ func processesInBox(b *Box, pid int) []int {
 		if i := strings.LastIndexByte(string(st), ')'); i > 0 && strings.HasPrefix(string(st[i:]), ") Z") {
 			continue
 		}
-		if dir != "" && strings.Contains(string(cg), strings.TrimPrefix(dir, cgroupMountOf(dir))+"\n") {
+		if strings.Contains(string(cg), line) {
 			out = append(out, n)
 		}
 	}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -840,9 +841,7 @@ func (b *Box) ExecHeld(ctx context.Context, argv []string, max int64, onChunk fu
 	wg.Wait()
 	res.Truncated = outTrunc || errTrunc
 	res.Duration = time.Since(start)
-	if early {
-		res.ExitCode, res.Signal = -1, 0
-	} else {
+	if !early { // early: the helper's report, below, is how it ended
 		res.ExitCode, res.Signal = exitStatus(b.exitState, b.exitErr)
 	}
 	if code, sig, ok := b.reported(); ok {
@@ -875,7 +874,7 @@ func (b *Box) readStatus() <-chan struct{} {
 		for n < len(buf) {
 			m, err := b.status.Read(buf[n:])
 			n += m
-			if i := strings.IndexByte(string(buf[:n]), '\n'); i >= 0 {
+			if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
 				b.statusLine = string(buf[:i])
 				return
 			}

@@ -103,8 +103,17 @@ func helperFilter(t *testing.T, b *Box) []byte {
 		t.Fatal(err)
 	}
 	pid := st.InitProcessPid
-	// The helper loads a precompiled filter as it starts: wait for it.
+	// Wait for the helper itself, under its filter. Under libcontainer's
+	// own filter the process is under seccomp while it is still the
+	// container's init (multi-threaded Go, waiting on its exec fifo); one
+	// seized then is gone at the exec if another thread makes it, and the
+	// helper that takes its pid is not traced: the stop never came (a CI
+	// failure, 2026-12-06). After the exec the process is the helper alone.
 	if err := testutil.Poll(10*time.Second, func() error {
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		if strings.TrimSpace(string(comm)) != filepath.Base(helperInside) {
+			return fmt.Errorf("process %d is %q, not the helper yet", pid, bytes.TrimSpace(comm))
+		}
 		s, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 		if !strings.Contains(string(s), "Seccomp:\t2") {
 			return fmt.Errorf("helper %d not under seccomp yet", pid)

@@ -172,9 +172,19 @@ func execRows(work, ws, file, bin, binOld string, n int, secs float64, space tim
 		{"direct fork/exec", run("/bin/true"), run("cat", file), [2]string{}, nil},
 		{"bwrap --unshare-all", run("bwrap", append(bwrapArgs, "/bin/true")...), run("bwrap", append(bwrapArgs, "cat", file)...), [2]string{}, nil},
 		{"runc run", runc("/bin/true"), runc("cat", file), [2]string{}, nil},
+	}
+	// libcontainer alone, on runc's bundle, in a process of its own that
+	// times each container itself (libct.go): what any program built on
+	// it pays for a cold container.
+	lct := startLibct(bin, bundle, work)
+	if lct != nil {
+		defer lct.stop()
+		methods = append(methods, method{libctName, lct.run("/bin/true"), lct.run("cat", file), [2]string{}, nil})
+	}
+	methods = append(methods, []method{
 		{"sluice, warm pool", sluice("true_pool"), sluice("cat_pool"), [2]string{"true_pool", "cat_pool"}, dm},
 		{"sluice, cold (pool 0)", sluice("true_cold"), sluice("cat_cold"), [2]string{"true_cold", "cat_cold"}, dm},
-	}
+	}...)
 	// The floor of a pooled call: its records made durable (one append
 	// and fdatasync on the daemon's file system: an effect-free call's
 	// decision and result share the one sync, docs/design.md §3) and the
@@ -211,6 +221,9 @@ func execRows(work, ws, file, bin, binOld string, n int, secs float64, space tim
 	for _, m := range methods {
 		for k, fn := range []func() error{m.true_, m.cat} {
 			t := timed{run: fn}
+			if m.name == libctName {
+				t.took = lct.took
+			}
 			if tool, d := m.tools[k], m.d; tool != "" {
 				t.after = func() { d.settle(tool) }
 			}
@@ -247,6 +260,14 @@ func execRows(work, ws, file, bin, binOld string, n int, secs float64, space tim
 	for k, cmd := range []string{"/bin/true", "cat"} {
 		infoRow("floor of a pooled "+cmd+": append+fdatasync, then fork/exec", fmt.Sprintf("%.2f ms = %.2f× bwrap; sluice pooled is %.2f ms above it",
 			ms(fl[k]), float64(fl[k])/float64(bw[k]), ms(pool[k]-fl[k])))
+	}
+	if lc, ok := p50[libctName]; ok {
+		infoRow("of a cold start: libcontainer alone as runc embeds it, /bin/true (create, run, wait in one process; runc's bundle; no socket, audit, view or helper)",
+			fmt.Sprintf("%.2f ms = %.2f× runc run; sluice cold (all of a call) is %.2f× it", ms(lc[0]), float64(lc[0])/float64(runcP[0]), float64(cold[0])/float64(lc[0])))
+		infoRow("of a cold start: libcontainer alone, cat of 4 KiB", fmt.Sprintf("%.2f ms = %.2f× runc run", ms(lc[1]), float64(lc[1])/float64(runcP[1])))
+		if d := lct.destroyP50(); d > 0 {
+			infoRow("libcontainer alone: its Destroy after the run (untimed above; sluice's is after the reply too)", fmt.Sprintf("%.2f ms p50", ms(d)))
+		}
 	}
 	infoRow("cat, cold (pool 0), p50", fmt.Sprintf("%.2f× runc run (%.2f ms vs %.2f ms)", float64(cold[1])/float64(runcP[1]), ms(cold[1]), ms(runcP[1])))
 	// What a cold start pays the kernel before anything else: its first
@@ -403,6 +424,7 @@ var gap = 40 * time.Millisecond
 type timed struct {
 	run   func() error
 	after func()
+	took  func() time.Duration // the sample's time as run measured it itself, if not nil
 }
 
 // interleave runs every fn n times (after 3 warm-up calls each), one
@@ -414,6 +436,9 @@ func interleave(fns []timed, n int) [][]time.Duration {
 		t := time.Now()
 		check(f.run())
 		d := time.Since(t)
+		if f.took != nil {
+			d = f.took()
+		}
 		if f.after != nil {
 			f.after()
 		}

@@ -42,6 +42,6 @@ if ((${#need[@]})); then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 go build -trimpath -o bin/execbench ./bench/execbench
-# libcontainer alone, the bound under the cold rows (bench/libct).
+# libcontainer alone, the yardstick beside the cold rows (bench/libct).
 go build -tags seccomp -trimpath -o bin/libct ./bench/libct
 exec bin/execbench --bin bin "$@"

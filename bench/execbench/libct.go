@@ -80,7 +80,7 @@ func (l *libct) destroyP50() time.Duration {
 	}
 	s := append([]time.Duration(nil), l.destroys...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+	return pct(s, 50)
 }
 
 func (l *libct) stop() {

@@ -1,8 +1,9 @@
 //go:build linux
 
 // Command libct measures what libcontainer alone costs a cold container:
-// the bound under sluice's cold calls, which make their containers with
-// it (docs/performance.md "What libcontainer alone costs").
+// the yardstick for what sluice's cold calls, which make their containers
+// with it, add (docs/performance.md "2026-12-06: what libcontainer alone
+// costs a cold container").
 //
 // It reads a runc bundle's config.json (bench/execbench makes the bundle
 // it runs `runc run` on), converts it with libcontainer's specconv, as

@@ -17,8 +17,8 @@ import (
 	"github.com/sluicehq/sluice/api"
 )
 
-// StreamDirect is Stream over the client's own persistent connections,
-// written and read in the caller's goroutine: no connection setup per
+// StreamDirect is Stream over the client's own persistent connections (as
+// Call is), written and read in the caller's goroutine: no connection setup per
 // call once one is open, and none of net/http's per-connection reader and
 // writer goroutines between the caller and the socket (each call's
 // request is one write, its events are read where they are handed to fn).
@@ -27,6 +27,13 @@ import (
 // ends the call in sluiced as a dropped stream does.
 func (c *Client) StreamDirect(ctx context.Context, req api.CallRequest, fn func(api.Event) error) (*api.CallResult, error) {
 	req.Stream = true
+	return c.direct(ctx, req, fn)
+}
+
+// direct sends req over one of the client's persistent connections and
+// reads its answer there: with req.Stream, its events (each handed to
+// fn); without, its one JSON result.
+func (c *Client) direct(ctx context.Context, req api.CallRequest, fn func(api.Event) error) (*api.CallResult, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -45,7 +52,7 @@ func (c *Client) StreamDirect(ctx context.Context, req api.CallRequest, fn func(
 		if err != nil {
 			return nil, fmt.Errorf("connect to sluiced at %s: %w", c.Socket, err)
 		}
-		res, sent, err := c.stream(ctx, dc, msg, fn)
+		res, sent, err := c.stream(ctx, dc, msg, req.Stream, fn)
 		if err != nil && !sent && reused && ctx.Err() == nil {
 			// sluiced closed this idle connection (it stopped, or it
 			// was idle too long) before taking the request: nothing of
@@ -67,8 +74,9 @@ type directConn struct {
 }
 
 const (
-	// maxIdleDirect bounds the idle connections StreamDirect keeps.
-	maxIdleDirect = 8
+	// maxIdleDirect bounds the idle connections Call and StreamDirect
+	// keep (as many as the client's net/http transport keeps).
+	maxIdleDirect = 64
 	// maxIdleAge: an idle connection is not reused after this; sluiced
 	// closes idle connections after 2 minutes.
 	maxIdleAge = time.Minute
@@ -147,9 +155,10 @@ func (c *Client) put(dc *directConn) {
 	dc.nc.Close()
 }
 
-// stream sends msg on dc and reads its events. sent: the request was
-// written whole (so it must not be sent again).
-func (c *Client) stream(ctx context.Context, dc *directConn, msg []byte, fn func(api.Event) error) (res *api.CallResult, sent bool, err error) {
+// stream sends msg on dc and reads its answer: its events if streamed,
+// else its one result. sent: the request was written whole (so it must
+// not be sent again).
+func (c *Client) stream(ctx context.Context, dc *directConn, msg []byte, streamed bool, fn func(api.Event) error) (res *api.CallResult, sent bool, err error) {
 	if err := ctx.Err(); err != nil {
 		dc.nc.Close()
 		return nil, false, err
@@ -182,6 +191,16 @@ func (c *Client) stream(ctx context.Context, dc *directConn, msg []byte, fn func
 		data, rerr := io.ReadAll(io.LimitReader(body, 1<<20))
 		keep = rerr == nil && !h.close && h.length == int64(len(data))
 		return nil, true, apiError(h.status, data)
+	}
+	if !streamed {
+		var r api.CallResult
+		if err := json.NewDecoder(body).Decode(&r); err != nil {
+			return nil, true, fmt.Errorf("bad result from sluiced: %w", err)
+		}
+		// The rest of the body (a newline; with chunked framing, its
+		// last chunk) is read when dc is next used, as a stream's.
+		dc.rest, keep = body, !h.close && h.length != -1
+		return &r, true, nil
 	}
 	sc := bufio.NewScanner(body)
 	sc.Buffer(dc.buf, 256<<20)

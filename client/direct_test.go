@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,7 @@ type fakeSluiced struct {
 	srv     *http.Server
 	conns   atomic.Int32
 	gone    chan struct{} // a blocked call's client went away
+	blocked chan struct{} // a call that is not streamed is blocked
 	idle    chan struct{} // a connection went idle
 	closed  chan struct{} // a connection was closed
 	mu      sync.Mutex
@@ -31,7 +33,7 @@ type fakeSluiced struct {
 
 func startFake(t *testing.T) *fakeSluiced {
 	t.Helper()
-	f := &fakeSluiced{socket: filepath.Join(t.TempDir(), "s.sock"), gone: make(chan struct{}, 1),
+	f := &fakeSluiced{socket: filepath.Join(t.TempDir(), "s.sock"), gone: make(chan struct{}, 1), blocked: make(chan struct{}, 1),
 		idle: make(chan struct{}, 64), closed: make(chan struct{}, 64)}
 	ln, err := net.Listen("unix", f.socket)
 	if err != nil {
@@ -65,8 +67,12 @@ func (f *fakeSluiced) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req api.CallRequest
-	if json.NewDecoder(r.Body).Decode(&req) != nil || !req.Stream {
+	if json.NewDecoder(r.Body).Decode(&req) != nil {
 		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	if !req.Stream {
+		f.serveResult(w, r, req)
 		return
 	}
 	if req.Task == "length" {
@@ -92,6 +98,99 @@ func (f *fakeSluiced) serve(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, `{"event":"output","stream":"stdout","data":"hello"}`)
 	fmt.Fprintln(w, `{"event":"result","call_id":"c1","verdict":"allow","reason":"allowed","ok":true,"bytes":5}`)
 	rc.Flush()
+}
+
+// serveResult answers a call that is not streamed: one JSON result,
+// with a Content-Length (task "length"), else chunked (its output long,
+// its first part flushed before the rest), or, with task "block", only
+// once the client has gone away.
+func (f *fakeSluiced) serveResult(w http.ResponseWriter, r *http.Request, req api.CallRequest) {
+	out := strings.Repeat("x", 6000)
+	if req.Task == "length" {
+		out = "hello"
+	}
+	b, _ := json.Marshal(api.CallResult{CallID: "c1", Verdict: "allow", Reason: "allowed", OK: true, Output: &out, Bytes: int64(len(out))})
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	if req.Task == "length" {
+		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+		w.Write(b)
+		return
+	}
+	if req.Task == "block" {
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		f.blocked <- struct{}{}
+		<-r.Context().Done()
+		f.gone <- struct{}{}
+		return
+	}
+	w.Write(b[:100])
+	http.NewResponseController(w).Flush()
+	w.Write(b[100:])
+}
+
+func TestCallKeepsOneConnection(t *testing.T) {
+	f := startFake(t)
+	c := New(f.socket)
+	defer c.Close()
+	for i := range 30 {
+		switch i % 3 {
+		case 0, 1: // chunked, and with a Content-Length
+			task := ""
+			want := strings.Repeat("x", 6000)
+			if i%3 == 1 {
+				task, want = "length", "hello"
+			}
+			res, err := c.Call(context.Background(), api.CallRequest{Tool: "t", Task: task})
+			if err != nil || res.CallID != "c1" || !res.OK || res.Output == nil || *res.Output != want || res.Bytes != int64(len(want)) {
+				t.Fatalf("call %d: %+v %v", i, res, err)
+			}
+		case 2: // a stream on the same connections
+			if _, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, nil); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+		}
+	}
+	// A non-decision error is an APIError, and the connection stays.
+	f.mu.Lock()
+	f.nextErr = http.StatusForbidden
+	f.mu.Unlock()
+	_, err := c.Call(context.Background(), api.CallRequest{Tool: "t"})
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != 403 || ae.Code != "bad_request" {
+		t.Fatalf("want a 403 APIError, got %v", err)
+	}
+	if _, err := c.Call(context.Background(), api.CallRequest{Tool: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.conns.Load(); n != 1 {
+		t.Fatalf("%d connections for 32 sequential calls, want 1", n)
+	}
+}
+
+func TestCallCancelDropsTheCall(t *testing.T) {
+	f := startFake(t)
+	c := New(f.socket)
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Call(ctx, api.CallRequest{Tool: "t", Task: "block"})
+		done <- err
+	}()
+	<-f.blocked // the call is running: the client goes away
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	<-f.gone // the server saw the connection go
+	c.mu.Lock()
+	n := len(c.idle)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("a cancelled call's connection was kept")
+	}
 }
 
 func TestStreamDirectKeepsOneConnection(t *testing.T) {

@@ -12,6 +12,9 @@
 # against the same files written with write+fsync+rename by one process
 # (--changeset-n samples, 20 by default). Go is /usr/local/go's.
 #
+# Samples run in rounds, one of each method, in an order shuffled each
+# round (--order rotate: one cyclic order, as before 2026-12-06).
+#
 # --views runs instead the view rows: tools on a 10,000-file git tree
 # (find, git status, cat, starts, the demo's tests, and find and git
 # status with the tree changed on the host before each call) through

@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,9 +65,16 @@ func main() {
 	cache, _ := os.UserCacheDir()
 	rivalsDir := flag.String("rivals-dir", filepath.Join(cache, "sluice-bench", "rivals"), "where --rivals installs the rivals")
 	demo := flag.String("demo", "profiles/examples/workspace", "the demo workspace, copied for the unittest row")
+	orderFlag := flag.String("order", "shuffle", "the order of each round's samples: shuffle (a new random order each round, seeded 1: each method follows every other alike) or rotate (one cyclic order whose start moves by one each round: each method nearly always follows the same one)")
 	flag.Parse()
 	views := *viewsOnly || *all || *rivals
 	gap = *space
+	switch *orderFlag {
+	case "rotate", "shuffle":
+		order = *orderFlag
+	default:
+		check(fmt.Errorf("--order %q: want rotate or shuffle", *orderFlag))
+	}
 	work, err := os.MkdirTemp("/var/tmp", "sluice-execbench")
 	check(err)
 	workDir = work
@@ -92,8 +100,8 @@ func main() {
 	}
 	host, _ := os.Hostname()
 	load, _ := os.ReadFile("/proc/loadavg")
-	printGoals(fmt.Sprintf("one run on %s, %d CPUs, %.0f s, load average at the end %s; one run on a shared machine is noisy",
-		host, runtime.NumCPU(), time.Since(t0).Seconds(), strings.Join(strings.Fields(string(load))[:3], " ")))
+	printGoals(fmt.Sprintf("one run on %s, %d CPUs, %.0f s, load average at the end %s, samples in %s order; one run on a shared machine is noisy",
+		host, runtime.NumCPU(), time.Since(t0).Seconds(), strings.Join(strings.Fields(string(load))[:3], " "), order))
 }
 
 // execRows is the original comparison: direct, bwrap, runc, sluice pooled
@@ -215,8 +223,9 @@ func execRows(work, ws, file, bin, binOld string, n int, secs float64, space tim
 			method{"old build, cold", sluiceOn(old, "true_cold"), sluiceOn(old, "cat_cold"), [2]string{"true_cold", "cat_cold"}, old})
 	}
 	// Interleaved: sample i of every method and command runs before
-	// sample i+1 of any, in an order that rotates, so that the machine's
-	// drift lands on all alike.
+	// sample i+1 of any, in an order shuffled each round, so that the
+	// machine's drift and each method's wake after another's work land
+	// on all alike.
 	var fns []timed
 	for _, m := range methods {
 		for k, fn := range []func() error{m.true_, m.cat} {
@@ -418,7 +427,10 @@ func runcBundle(work, ws string) string {
 	return bundle
 }
 
-var gap = 40 * time.Millisecond
+var (
+	gap   = 40 * time.Millisecond
+	order = "shuffle" // --order
+)
 
 // timed is one sample's call, and what to do after it, untimed.
 type timed struct {
@@ -427,10 +439,16 @@ type timed struct {
 	took  func() time.Duration // the sample's time as run measured it itself, if not nil
 }
 
-// interleave runs every fn n times (after 3 warm-up calls each), one
-// sample of each in turn with the starting fn rotating, each call followed
-// by its after and a pause of gap, and returns each fn's sorted
-// latencies.
+// interleave runs every fn n times (after 3 warm-up calls each), in n
+// rounds of one sample of each, each call followed by its after and a
+// pause of gap, and returns each fn's sorted latencies. A round's order
+// is shuffled (--order shuffle, the default), so that each fn follows
+// every other about as often: a call to sluiced that follows another
+// process's work (a container's, bwrap's) is slower than one that
+// follows a call to the same sluiced, and in one fixed cyclic order
+// (--order rotate, the order before 2026-12-06) the pooled /bin/true row
+// always followed libcontainer's and the pooled cat row always followed
+// it, the floor a cold call (docs/performance.md).
 func interleave(fns []timed, n int) [][]time.Duration {
 	call := func(f timed) time.Duration {
 		t := time.Now()
@@ -451,9 +469,16 @@ func interleave(fns []timed, n int) [][]time.Duration {
 		}
 	}
 	out := make([][]time.Duration, len(fns))
+	rng := rand.New(rand.NewPCG(1, 1))
+	perm := make([]int, len(fns))
 	for i := range n {
-		for k := range fns {
-			j := (i + k) % len(fns)
+		for k := range perm {
+			perm[k] = (i + k) % len(fns)
+		}
+		if order == "shuffle" {
+			rng.Shuffle(len(perm), func(a, b int) { perm[a], perm[b] = perm[b], perm[a] })
+		}
+		for _, j := range perm {
 			out[j] = append(out[j], call(fns[j]))
 		}
 	}

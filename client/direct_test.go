@@ -153,19 +153,41 @@ func TestCallKeepsOneConnection(t *testing.T) {
 		}
 	}
 	// A non-decision error is an APIError, and the connection stays.
+	f.errorKeepsConnection(t, http.StatusForbidden, func() error {
+		_, err := c.Call(context.Background(), api.CallRequest{Tool: "t"})
+		return err
+	})
+}
+
+// errorKeepsConnection checks that a call answered with status (a
+// non-decision error) fails with that APIError, that the next call
+// succeeds, and that all calls so far went over one connection.
+func (f *fakeSluiced) errorKeepsConnection(t *testing.T, status int, call func() error) {
+	t.Helper()
 	f.mu.Lock()
-	f.nextErr = http.StatusForbidden
+	f.nextErr = status
 	f.mu.Unlock()
-	_, err := c.Call(context.Background(), api.CallRequest{Tool: "t"})
 	var ae *APIError
-	if !errors.As(err, &ae) || ae.Status != 403 || ae.Code != "bad_request" {
-		t.Fatalf("want a 403 APIError, got %v", err)
+	if err := call(); !errors.As(err, &ae) || ae.Status != status || ae.Code != "bad_request" {
+		t.Fatalf("want a %d APIError, got %v", status, err)
 	}
-	if _, err := c.Call(context.Background(), api.CallRequest{Tool: "t"}); err != nil {
+	if err := call(); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.conns.Load(); n != 1 {
-		t.Fatalf("%d connections for 32 sequential calls, want 1", n)
+		t.Fatalf("%d connections for sequential calls, want 1", n)
+	}
+}
+
+// noIdleConnection checks that c kept no connection (a cancelled call's
+// is closed).
+func noIdleConnection(t *testing.T, c *Client) {
+	t.Helper()
+	c.mu.Lock()
+	n := len(c.idle)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("a cancelled call's connection was kept")
 	}
 }
 
@@ -185,12 +207,7 @@ func TestCallCancelDropsTheCall(t *testing.T) {
 		t.Fatalf("want context.Canceled, got %v", err)
 	}
 	<-f.gone // the server saw the connection go
-	c.mu.Lock()
-	n := len(c.idle)
-	c.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("a cancelled call's connection was kept")
-	}
+	noIdleConnection(t, c)
 }
 
 func TestStreamDirectKeepsOneConnection(t *testing.T) {
@@ -212,20 +229,10 @@ func TestStreamDirectKeepsOneConnection(t *testing.T) {
 		}
 	}
 	// A non-decision error is an APIError, and the connection stays.
-	f.mu.Lock()
-	f.nextErr = http.StatusBadRequest
-	f.mu.Unlock()
-	_, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, nil)
-	var ae *APIError
-	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "bad_request" {
-		t.Fatalf("want a 400 APIError, got %v", err)
-	}
-	if _, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.conns.Load(); n != 1 {
-		t.Fatalf("%d connections for 22 sequential calls, want 1", n)
-	}
+	f.errorKeepsConnection(t, http.StatusBadRequest, func() error {
+		_, err := c.StreamDirect(context.Background(), api.CallRequest{Tool: "t"}, nil)
+		return err
+	})
 }
 
 func TestStreamDirectRedialsAClosedIdleConnection(t *testing.T) {
@@ -264,10 +271,5 @@ func TestStreamDirectCancelDropsTheCall(t *testing.T) {
 		t.Fatalf("want context.Canceled, got %v", err)
 	}
 	<-f.gone // the server saw the connection go
-	c.mu.Lock()
-	n := len(c.idle)
-	c.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("a cancelled call's connection was kept")
-	}
+	noIdleConnection(t, c)
 }

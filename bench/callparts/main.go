@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command callparts shows where a pooled execute call's time goes: it
 // starts bin/sluiced with a pool-2 tool for /bin/true (mount and cwd as
 // bench/exec.sh's) and --metrics-listen, makes -n calls -space apart,

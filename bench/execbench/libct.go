@@ -14,8 +14,12 @@ import (
 	"time"
 )
 
-// libctName is the method that measures libcontainer alone.
-const libctName = "libcontainer alone"
+// The methods that measure libcontainer alone, with the bundle's seccomp
+// profile and without it.
+const (
+	libctName   = "libcontainer alone"
+	libctNoSecc = "libcontainer, no seccomp"
+)
 
 // libct is a bin/libct process (bench/libct): libcontainer alone, on the
 // same bundle as runc run, one cold container per request, each timed by
@@ -29,15 +33,16 @@ type libct struct {
 	destroys []time.Duration // each Destroy after it
 }
 
-// startLibct starts bin/libct on bundle, or returns nil (and says so) when
-// bin has none (an older make build).
-func startLibct(bin, bundle, work string) *libct {
+// startLibct starts bin/libct on bundle (with args, e.g. --no-seccomp),
+// its state in work/state, or returns nil (and says so) when bin has none
+// (an older make build).
+func startLibct(bin, bundle, work, state string, args ...string) *libct {
 	path := filepath.Join(bin, "libct")
 	if _, err := os.Stat(path); err != nil {
 		fmt.Printf("libcontainer alone: not measured (%s missing: bench/exec.sh builds it)\n", path)
 		return nil
 	}
-	cmd := exec.Command(path, "--bundle", bundle, "--state", filepath.Join(work, "libct-state"))
+	cmd := exec.Command(path, append([]string{"--bundle", bundle, "--state", filepath.Join(work, state)}, args...)...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	check(err)

@@ -183,11 +183,20 @@ func execRows(work, ws, file, bin, binOld string, n int, secs float64, space tim
 	}
 	// libcontainer alone, on runc's bundle, in a process of its own that
 	// times each container itself (libct.go): what any program built on
-	// it pays for a cold container.
-	lct := startLibct(bin, bundle, work)
+	// it pays for a cold container; and the same without the bundle's
+	// seccomp profile, which libcontainer's init compiles in each
+	// container: what it pays at the least.
+	selfTimed := map[string]*libct{}
+	lct := startLibct(bin, bundle, work, "libct-state")
 	if lct != nil {
 		defer lct.stop()
 		methods = append(methods, method{libctName, lct.run("/bin/true"), lct.run("cat", file), [2]string{}, nil})
+		selfTimed[libctName] = lct
+		if l := startLibct(bin, bundle, work, "libct-nosecc-state", "--no-seccomp"); l != nil {
+			defer l.stop()
+			methods = append(methods, method{libctNoSecc, l.run("/bin/true"), l.run("cat", file), [2]string{}, nil})
+			selfTimed[libctNoSecc] = l
+		}
 	}
 	methods = append(methods, []method{
 		{"sluice, warm pool", sluice("true_pool"), sluice("cat_pool"), [2]string{"true_pool", "cat_pool"}, dm},
@@ -230,8 +239,8 @@ func execRows(work, ws, file, bin, binOld string, n int, secs float64, space tim
 	for _, m := range methods {
 		for k, fn := range []func() error{m.true_, m.cat} {
 			t := timed{run: fn}
-			if m.name == libctName {
-				t.took = lct.took
+			if l := selfTimed[m.name]; l != nil {
+				t.took = l.took
 			}
 			if tool, d := m.tools[k], m.d; tool != "" {
 				t.after = func() { d.settle(tool) }
@@ -277,6 +286,10 @@ func execRows(work, ws, file, bin, binOld string, n int, secs float64, space tim
 		if d := lct.destroyP50(); d > 0 {
 			infoRow("libcontainer alone: its Destroy after the run (untimed above; sluice's is after the reply too)", fmt.Sprintf("%.2f ms p50", ms(d)))
 		}
+	}
+	if lc, ok := p50[libctNoSecc]; ok {
+		infoRow("of a cold start: libcontainer alone without the bundle's seccomp profile, /bin/true (what libcontainer's own init costs a container here at the least)",
+			fmt.Sprintf("%.2f ms = %.2f× runc run; sluice cold (all of a call, its filter loaded) is %.2f× it", ms(lc[0]), float64(lc[0])/float64(runcP[0]), float64(cold[0])/float64(lc[0])))
 	}
 	infoRow("cat, cold (pool 0), p50", fmt.Sprintf("%.2f× runc run (%.2f ms vs %.2f ms)", float64(cold[1])/float64(runcP[1]), ms(cold[1]), ms(runcP[1])))
 	// What a cold start pays the kernel before anything else: its first

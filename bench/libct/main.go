@@ -17,7 +17,12 @@
 // again as "libct init" from a sealed copy (libcontainer's default, as
 // runc's), with only libcontainer's packages to initialize.
 //
-//	libct --bundle DIR --state DIR < argv lines
+// --no-seccomp drops the bundle's seccomp profile: the container as
+// before without the filter that libcontainer's init compiles and loads
+// in each container (sluice's boxes load one compiled once), which is
+// what libcontainer costs a container at the least on this bundle.
+//
+//	libct --bundle DIR --state DIR [--no-seccomp] < argv lines
 package main
 
 import (
@@ -47,18 +52,19 @@ func init() {
 func main() {
 	bundle := flag.String("bundle", "", "a runc bundle: its config.json and rootfs")
 	state := flag.String("state", "", "libcontainer's state directory (made if missing)")
+	noSeccomp := flag.Bool("no-seccomp", false, "drop the bundle's seccomp profile")
 	flag.Parse()
 	if *bundle == "" || *state == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: libct --bundle DIR --state DIR < argv lines")
+		fmt.Fprintln(os.Stderr, "usage: libct --bundle DIR --state DIR [--no-seccomp] < argv lines")
 		os.Exit(2)
 	}
-	if err := run(*bundle, *state); err != nil {
+	if err := run(*bundle, *state, *noSeccomp); err != nil {
 		fmt.Fprintln(os.Stderr, "libct:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bundle, state string) error {
+func run(bundle, state string, noSeccomp bool) error {
 	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
 		return err
@@ -66,6 +72,9 @@ func run(bundle, state string) error {
 	var spec specs.Spec
 	if err := json.Unmarshal(b, &spec); err != nil {
 		return fmt.Errorf("config.json: %w", err)
+	}
+	if noSeccomp && spec.Linux != nil {
+		spec.Linux.Seccomp = nil
 	}
 	// specconv resolves the rootfs against the working directory, as
 	// runc run in the bundle does.

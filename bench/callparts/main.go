@@ -75,11 +75,16 @@ func main() {
 	defer os.RemoveAll(work)
 	ws := filepath.Join(work, "ws")
 	os.MkdirAll(ws, 0o755)
-	tool := map[string]any{"operation": "execute", "commands": [][]string{{"/bin/true"}}, "mounts": []string{"ws"}, "cwd": "ws", "pool": 2}
+	// The same tool three times but for its pool: t, the calls timed; c,
+	// the -cold calls; x, -extra's boxes.
+	tool := func(pool int) map[string]any {
+		return map[string]any{"operation": "execute", "commands": [][]string{{"/bin/true"}}, "mounts": []string{"ws"}, "cwd": "ws", "pool": pool}
+	}
 	mf := filepath.Join(work, "m.json")
-	cold := map[string]any{"operation": "execute", "commands": [][]string{{"/bin/true"}}, "mounts": []string{"ws"}, "cwd": "ws", "pool": 0}
-	b, _ := json.Marshal(map[string]any{"schema_version": 1, "tools": map[string]any{"t": tool, "c": cold, "x": map[string]any{"operation": "execute", "commands": [][]string{{"/bin/true"}}, "mounts": []string{"ws"}, "cwd": "ws", "pool": *extra}}})
-	os.WriteFile(mf, b, 0o644)
+	b, _ := json.Marshal(map[string]any{"schema_version": 1, "tools": map[string]any{"t": tool(2), "c": tool(0), "x": tool(*extra)}})
+	if err := os.WriteFile(mf, b, 0o644); err != nil {
+		panic(err)
+	}
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := ln.Addr().String()
 	ln.Close()
@@ -111,7 +116,10 @@ func main() {
 	}
 	settle()
 	// floor
-	f, _ := os.OpenFile(filepath.Join(work, "state", "floor.bin"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(filepath.Join(work, "state", "floor.bin"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		panic(err)
+	}
 	line := append([]byte(strings.Repeat("x", 500)), '\n')
 	var lat, fl, syncs, fx []time.Duration
 	m0 := metrics(addr)
@@ -136,8 +144,10 @@ func main() {
 		lat = append(lat, time.Since(t0))
 		settle()
 		if *withCold {
-			time.Sleep(40 * time.Millisecond)
-			c.Call(context.Background(), api.CallRequest{Tool: "c"})
+			time.Sleep(*space)
+			if res, err := c.Call(context.Background(), api.CallRequest{Tool: "c"}); err != nil || !res.OK {
+				panic(fmt.Sprint(err, res))
+			}
 		}
 		preRun()
 		time.Sleep(*space)
@@ -152,9 +162,11 @@ func main() {
 	}
 	var hl []time.Duration
 	for i := 0; i < *n; i++ {
-		time.Sleep(40 * time.Millisecond)
+		time.Sleep(*space)
 		t0 := time.Now()
-		c.Health(context.Background())
+		if _, err := c.Health(context.Background()); err != nil {
+			panic(err)
+		}
 		hl = append(hl, time.Since(t0))
 	}
 	m1 := metrics(addr)

@@ -24,6 +24,9 @@ type Client struct {
 	Socket string
 	http   *http.Client
 	dial   func(ctx context.Context) (net.Conn, error)
+	// handler, when set (NewInProcess), serves every request in this
+	// process.
+	handler http.Handler
 
 	mu   sync.Mutex
 	idle []*directConn // StreamDirect's idle connections

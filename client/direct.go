@@ -38,6 +38,9 @@ func (c *Client) direct(ctx context.Context, req api.CallRequest, fn func(api.Ev
 	if err != nil {
 		return nil, err
 	}
+	if c.handler != nil {
+		return c.inProcess(ctx, body, req.Stream, fn)
+	}
 	msg := make([]byte, 0, len(body)+128)
 	msg = append(msg, "POST /v1/calls HTTP/1.1\r\nHost: sluice\r\n"...)
 	if c.token != "" {

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/audit"
 	"github.com/sluicehq/sluice/authz"
 	"github.com/sluicehq/sluice/daemon/admission"
+	"github.com/sluicehq/sluice/daemon/mcphost"
 	"github.com/sluicehq/sluice/daemon/recovery"
 	"github.com/sluicehq/sluice/daemon/transport"
 	"github.com/sluicehq/sluice/internal/fileop"
@@ -210,6 +211,7 @@ type Daemon struct {
 	ledger meteredLedger
 	m      *metrics         // nil without MetricsListen
 	conns  *transport.Conns // open connections
+	mcp    *mcphost.Host    // attached `sluice mcp` sessions
 
 	mu  sync.RWMutex
 	pol *policy
@@ -371,8 +373,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	handler := d.routes()
+	d.mcp = mcphost.New(handler, cfg.Socket, cfg.MaxConnsPerUID, d.log)
 	srv := &http.Server{
-		Handler:           d.routes(),
+		Handler:           handler,
 		ConnContext:       transport.ConnContext,
 		ConnState:         conns.ConnState,
 		ReadHeaderTimeout: cfg.ReadTimeout,
@@ -478,9 +482,17 @@ func (d *Daemon) shutdown(srv *http.Server) {
 		}
 		cancel()
 	}
+	// Attached MCP sessions end now: each `sluice mcp` is told so.
+	ended := make(chan struct{})
+	go func() { d.mcp.Close(); close(ended) }()
 	select {
 	case <-served:
 	case <-time.After(2 * time.Second):
+	}
+	select {
+	case <-ended:
+	case <-time.After(2 * time.Second):
+		d.log.Warn("mcp sessions did not end within 2 s", "sessions", d.mcp.Sessions())
 	}
 	srv.Close()
 }

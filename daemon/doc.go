@@ -29,7 +29,7 @@
 // placed in a group; a new op_NAME.go is in the operations group.
 //
 //	core:       daemon.go daemon_other.go doc.go ledger.go caches.go
-//	transport:  http.go tasks.go events.go systemd.go status.go tokens_http.go
+//	transport:  http.go tasks.go events.go systemd.go status.go tokens_http.go mcp.go
 //	pipeline:   pipeline.go request.go registry.go resolve.go targets.go present.go source.go reasons.go admit.go ratelimit.go wirejson.go ids.go schema.go budget.go tokens.go tokens_roots.go redact.go
 //	table:      ops.go
 //	operations: op_*.go writes.go exec_egress.go exec_args.go exec_changeset.go exec_cache.go

@@ -36,6 +36,7 @@ func (d *Daemon) routes() http.Handler {
 		"/v1/events":    {method: http.MethodGet, h: d.handleEvents},
 		"/v1/status":    {method: http.MethodGet, h: d.handleStatus},
 		"/v1/tasks":     {method: http.MethodGet, h: d.handleTasks},
+		api.PathMCP:     {method: http.MethodPost, h: d.handleMCP},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		peer, ok := transport.PeerFrom(r.Context())

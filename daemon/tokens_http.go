@@ -25,7 +25,7 @@ import (
 // peer's own rights.
 func tokenEndpoint(r *http.Request) bool {
 	switch p := r.URL.Path; {
-	case p == "/v1/calls", p == "/v1/tools", p == "/v1/events", p == "/v1/health":
+	case p == "/v1/calls", p == "/v1/tools", p == "/v1/events", p == "/v1/health", p == api.PathMCP:
 		return true
 	case strings.HasPrefix(p, "/v1/calls/") && strings.HasSuffix(p, "/cancel"):
 		return true

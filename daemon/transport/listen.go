@@ -65,6 +65,24 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, peerKey{}, p)
 }
 
+// WithPeer returns ctx carrying p as its request's peer. Only sluiced's
+// own in-process requests are made so: an attached MCP session's
+// (daemon/mcphost), as the `sluice mcp` whose socket connection's
+// credentials were read when it was accepted.
+func WithPeer(ctx context.Context, p Peer) context.Context {
+	return context.WithValue(ctx, peerKey{}, p)
+}
+
+// UnixConn returns the socket under an accepted connection, for the
+// SCM_RIGHTS message of an MCP attach.
+func UnixConn(c net.Conn) (*net.UnixConn, bool) {
+	if tc, is := c.(*trackedConn); is {
+		c = tc.Conn
+	}
+	uc, ok := c.(*net.UnixConn)
+	return uc, ok
+}
+
 // peerCred reads SO_PEERCRED: what the kernel recorded of the peer when
 // it connected, which the peer cannot choose.
 func peerCred(c net.Conn) (Peer, bool) {

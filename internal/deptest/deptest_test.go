@@ -122,6 +122,10 @@ func forbidden(pkg, imp string) string {
 		if ours && local != "internal/securefs" && local != "api" {
 			return pkg + " serves views through securefs alone"
 		}
+	case "daemon/mcphost":
+		if ours && local != "api" && local != "client" && local != "mcp" {
+			return pkg + " hosts `sluice mcp`'s bridge as a client of sluiced's handlers: api, client and mcp only (the peer is bound by the daemon, the calls decided by its handlers)"
+		}
 	case "mcp":
 		// internal/jsonenc is encoding/json's string encoding without
 		// reflection, no daemon code: the splice of a large output uses it.
@@ -213,6 +217,10 @@ func TestDaemonFences(t *testing.T) {
 		{"daemon", mod + "daemon/transport", false},
 		{"cmd/sluiced", mod + "daemon/transport", false},
 		{"mcp", mod + "daemon/transport", true},
+		{"daemon/mcphost", mod + "mcp", false},
+		{"daemon/mcphost", mod + "client", false},
+		{"daemon/mcphost", mod + "authz", true},
+		{"daemon/mcphost", mod + "daemon/transport", true},
 		{"cmd/sluice/cli", mod + "daemon/recovery", true},
 		{"e2e", mod + "daemon/spill", true},
 	} {

@@ -1,0 +1,38 @@
+package api
+
+// PathMCP is the endpoint `sluice mcp` attaches its session to
+// (docs/mcp.md "Attached sessions"): POST an MCPAttachRequest; sluiced
+// answers 101 Switching Protocols (Upgrade: sluice-mcp), then takes the
+// client's stdin and stdout in one SCM_RIGHTS message and writes
+// MCPAttachState lines on the connection: one when the session is
+// attached (or why not), one when it ends.
+const PathMCP = "/v1/mcp"
+
+// MCPUpgrade is the protocol named in the attach's Upgrade header.
+const MCPUpgrade = "sluice-mcp"
+
+// MCPAttachRequest is the body of POST /v1/mcp.
+type MCPAttachRequest struct {
+	// Task, when set, is the task id of every call of the session.
+	Task string `json:"task,omitempty"`
+}
+
+// MCPAttachState is a line sluiced writes on an attached session's
+// connection.
+type MCPAttachState struct {
+	// Attached: sluiced took the descriptors and serves the session.
+	Attached bool `json:"attached,omitempty"`
+	// End says why the session ended: one of the MCPEnd constants.
+	End string `json:"end,omitempty"`
+	// Error says why the descriptors were refused, or what ended the
+	// session when End is "error".
+	Error string `json:"error,omitempty"`
+}
+
+// How an attached MCP session ended (MCPAttachState.End).
+const (
+	MCPEndEOF      = "eof"      // the client closed stdin
+	MCPEndStopping = "stopping" // sluiced is stopping
+	MCPEndDetached = "detached" // `sluice mcp` went away
+	MCPEndError    = "error"    // Error says what
+)

@@ -1,0 +1,56 @@
+//go:build linux
+
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice/api"
+	"github.com/sluicehq/sluice/daemon/mcphost"
+	"github.com/sluicehq/sluice/daemon/transport"
+)
+
+// handleMCP attaches a `sluice mcp` session (POST /v1/mcp, docs/mcp.md
+// "Attached sessions"): the request is read and checked here, the
+// connection is then the session host's (daemon/mcphost), which serves
+// the session as this peer, with the request's token and task.
+func (d *Daemon) handleMCP(w http.ResponseWriter, r *http.Request, peer Peer) {
+	var req api.MCPAttachRequest
+	body, status, err := readBody(w, r, 4<<10)
+	if err != nil {
+		writeError(w, status, api.ErrBadRequest, err.Error())
+		return
+	}
+	if len(body) > 0 {
+		if err := strictDecode(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, api.ErrBadRequest, describeJSONError("body", err).Error())
+			return
+		}
+	}
+	if len(req.Task) > maxTaskID || strings.ContainsFunc(req.Task, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		writeError(w, http.StatusBadRequest, api.ErrBadRequest, "task: at most 128 bytes, no control characters")
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), api.MCPUpgrade) {
+		writeError(w, http.StatusBadRequest, api.ErrBadRequest, "POST "+api.PathMCP+" upgrades the connection: send Upgrade: "+api.MCPUpgrade+" (sluice mcp does)")
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, api.ErrInternal, "connection cannot be taken over")
+		return
+	}
+	nc, _, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	uc, _ := transport.UnixConn(nc)
+	d.mcp.Attach(nc, uc, mcphost.Session{
+		Task: req.Task, Token: token,
+		Bind: func(ctx context.Context) context.Context { return transport.WithPeer(ctx, peer) },
+		Log:  []any{"uid", peer.UID, "pid", peer.PID},
+	})
+}

@@ -1,0 +1,57 @@
+//go:build linux
+
+package mcphost
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+type ctxKey struct{}
+
+// TestHandlerBindsCapsAndRecovers: a session's requests reach sluiced's
+// handler with the session's peer bound in their context, at most
+// maxConns at once (the next is a 503, as the socket's per-uid cap
+// refuses a connection), and a panic ends the request, not sluiced.
+func TestHandlerBindsCapsAndRecovers(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	sluiced := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Context().Value(ctxKey{}) != "peer 65534" {
+			t.Errorf("the request's context does not carry the session's peer")
+		}
+		switch r.URL.Path {
+		case "/block":
+			entered <- struct{}{}
+			<-release
+		case "/panic":
+			panic("a bug")
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	h := New(sluiced, "/s", 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	hh := h.handler(func(ctx context.Context) context.Context { return context.WithValue(ctx, ctxKey{}, "peer 65534") })
+	serve := func(path string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		hh.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		return w
+	}
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- serve("/block") }()
+	<-entered
+	if w := serve("/other"); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "too many requests") {
+		t.Fatalf("a second request while the one slot is taken: %d %s", w.Code, w.Body)
+	}
+	close(release)
+	if w := <-done; w.Body.String() != "ok" {
+		t.Fatalf("the first request: %d %s", w.Code, w.Body)
+	}
+	serve("/panic") // recovered: the test goes on
+	if w := serve("/other"); w.Body.String() != "ok" {
+		t.Fatalf("after a panic, the slot is free again: %d %s", w.Code, w.Body)
+	}
+}

@@ -28,8 +28,9 @@ var ErrAttachUnsupported = errors.New("the MCP session was not attached")
 // Attachment is an MCP session sluiced serves on the descriptors it was
 // given (AttachMCP).
 type Attachment struct {
-	nc net.Conn
-	br *bufio.Reader
+	nc      net.Conn
+	br      *bufio.Reader
+	in, out *os.File
 }
 
 // AttachMCP hands in and out (the MCP client's stdin and stdout: pipes or
@@ -101,7 +102,7 @@ func (c *Client) attach(ctx context.Context, nc net.Conn, in, out *os.File, task
 		return nil, fmt.Errorf("%w: %s", ErrAttachUnsupported, st.Error)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return &Attachment{nc: nc, br: br}, nil
+	return &Attachment{nc: nc, br: br, in: in, out: out}, nil
 }
 
 func readState(br *bufio.Reader) (api.MCPAttachState, error) {
@@ -130,5 +131,11 @@ func (a *Attachment) Wait() (api.MCPAttachState, error) {
 }
 
 // Close detaches: sluiced ends the session (closing its copies of the
-// descriptors).
-func (a *Attachment) Close() error { return a.nc.Close() }
+// descriptors). sluiced made them non-blocking, and the open files are
+// shared with whoever else holds them (a shell's pipeline): Close puts
+// them back in blocking mode.
+func (a *Attachment) Close() error {
+	_ = syscall.SetNonblock(int(a.in.Fd()), false)
+	_ = syscall.SetNonblock(int(a.out.Fd()), false)
+	return a.nc.Close()
+}

@@ -49,7 +49,7 @@ func (d *Daemon) handleMCP(w http.ResponseWriter, r *http.Request, peer Peer) {
 	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	uc, _ := transport.UnixConn(nc)
 	d.mcp.Attach(nc, uc, mcphost.Session{
-		Task: req.Task, Token: token,
+		Task: req.Task, Token: token, UID: peer.UID,
 		Bind: func(ctx context.Context) context.Context { return transport.WithPeer(ctx, peer) },
 		Log:  []any{"uid", peer.UID, "pid", peer.PID},
 	})

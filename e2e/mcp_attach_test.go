@@ -299,8 +299,8 @@ func TestMCPNotAttached(t *testing.T) {
 
 // TestMCPAttachRefusals: POST /v1/mcp over the socket, by hand. Without
 // the Upgrade header it is a 400; the descriptors must come as two, in
-// one message, each a pipe or a socket open the right way: anything else
-// is refused with a reason, and sluiced keeps none of them.
+// one message, each a pipe or a unix socket open the right way: anything
+// else is refused with a reason, and sluiced keeps none of them.
 func TestMCPAttachRefusals(t *testing.T) {
 	fx := escapetest.Build(t)
 	d := startOwnDaemon(t, fx.Manifest)
@@ -348,6 +348,21 @@ func TestMCPAttachRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer file.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	tf, err := tc.(*net.TCPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tf.Close()
 	for _, tc := range []struct {
 		name string
 		fds  []int
@@ -357,6 +372,7 @@ func TestMCPAttachRefusals(t *testing.T) {
 		{"three descriptors", []int{int(pr.Fd()), int(pw.Fd()), int(pw.Fd())}, "want 2 descriptors"},
 		{"a regular file", []int{int(file.Fd()), int(pw.Fd())}, "stdin is not a pipe or a socket"},
 		{"stdin write-only", []int{int(pw.Fd()), int(pw.Fd())}, "stdin is not open for reading"},
+		{"a TCP socket", []int{int(pr.Fd()), int(tf.Fd())}, "stdout is a socket, but not a unix socket"},
 		{"stdout read-only", []int{int(pr.Fd()), int(pr.Fd())}, "stdout is not open for writing"},
 	} {
 		c, br := dial()

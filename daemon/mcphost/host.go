@@ -82,6 +82,9 @@ func (h *Host) Close() {
 // Session is what an attach request says of its session.
 type Session struct {
 	Task, Token string
+	// UID is the attaching peer's: a socket handed over must be a unix
+	// socket whose other end is that uid's.
+	UID uint32
 	// Bind puts the attaching peer in a request's context: every request
 	// of the session is that peer's.
 	Bind func(context.Context) context.Context
@@ -110,7 +113,7 @@ func (h *Host) Attach(nc net.Conn, uc *net.UnixConn, s Session) {
 	if _, err := nc.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + api.MCPUpgrade + "\r\nConnection: Upgrade\r\n\r\n")); err != nil {
 		return
 	}
-	in, out, err := receive(uc)
+	in, out, err := receive(uc, s.UID)
 	if err != nil {
 		writeLine(nc, api.MCPAttachState{Error: err.Error()})
 		return
@@ -206,7 +209,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // receive reads the one message that carries stdin and stdout.
-func receive(uc *net.UnixConn) (in, out *os.File, err error) {
+func receive(uc *net.UnixConn, uid uint32) (in, out *os.File, err error) {
 	_ = uc.SetReadDeadline(time.Now().Add(attachTimeout))
 	defer uc.SetReadDeadline(time.Time{})
 	buf := make([]byte, 1)
@@ -233,7 +236,7 @@ func receive(uc *net.UnixConn) (in, out *os.File, err error) {
 		return nil, nil, fmt.Errorf("want 2 descriptors (stdin, stdout) in one message, got %d", len(fds))
 	}
 	for i, fd := range fds {
-		if err := usable(fd, i == 0); err != nil {
+		if err := usable(fd, i == 0, uid); err != nil {
 			closeAll()
 			return nil, nil, err
 		}
@@ -241,11 +244,14 @@ func receive(uc *net.UnixConn) (in, out *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "mcp-stdin"), os.NewFile(uintptr(fds[1]), "mcp-stdout"), nil
 }
 
-// usable checks that fd is a pipe or a socket open for reading (stdin) or
-// writing (stdout), and makes it non-blocking so that os.NewFile puts it
-// in the runtime's poller: a read or write never holds a thread, and
-// closing the file ends one that waits.
-func usable(fd int, read bool) error {
+// usable checks that fd is a pipe, or a unix socket whose other end is
+// uid's, open for reading (stdin) or writing (stdout), and makes it
+// non-blocking so that os.NewFile puts it in the runtime's poller: a read
+// or write never holds a thread, and closing the file ends one that
+// waits. A socket to anyone else is refused: what sluiced writes on a
+// unix socket carries its own credentials to a receiver that asks for
+// them (SO_PASSCRED), and sluiced speaks for nobody but the peer.
+func usable(fd int, read bool, uid uint32) error {
 	name := "stdout"
 	if read {
 		name = "stdin"
@@ -254,7 +260,17 @@ func usable(fd int, read bool) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if t := st.Mode & unix.S_IFMT; t != unix.S_IFIFO && t != unix.S_IFSOCK {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+	case unix.S_IFSOCK:
+		if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
+			return fmt.Errorf("%s is a socket, but not a unix socket", name)
+		}
+		cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if err != nil || cred.Uid != uid {
+			return fmt.Errorf("%s is a unix socket whose other end is not this user's", name)
+		}
+	default:
 		return fmt.Errorf("%s is not a pipe or a socket", name)
 	}
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)

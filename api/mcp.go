@@ -1,5 +1,7 @@
 package api
 
+import "encoding/json"
+
 // PathMCP is the endpoint `sluice mcp` attaches its session to
 // (docs/mcp.md "Attached sessions"): POST an MCPAttachRequest; sluiced
 // answers 101 Switching Protocols (Upgrade: sluice-mcp), then takes the
@@ -27,6 +29,18 @@ type MCPAttachState struct {
 	// Error says why the descriptors were refused, or what ended the
 	// session when End is "error".
 	Error string `json:"error,omitempty"`
+	// Handoff, when sluiced stopped (End "stopping"), is the session
+	// handed back to `sluice mcp`, which serves it on.
+	Handoff *MCPHandoff `json:"handoff,omitempty"`
+}
+
+// MCPHandoff is an attached session handed back when sluiced stops.
+type MCPHandoff struct {
+	// State is the MCP SDK's session state (initialize's parameters),
+	// absent when the session was not initialized yet.
+	State json.RawMessage `json:"state,omitempty"`
+	// Rest is what sluiced read of the client's next message.
+	Rest []byte `json:"rest,omitempty"`
 }
 
 // How an attached MCP session ended (MCPAttachState.End).

@@ -470,6 +470,10 @@ func (d *Daemon) shutdown(srv *http.Server) {
 		_ = srv.Shutdown(sctx)
 		close(served)
 	}()
+	// Attached MCP sessions stop reading now and are handed back to
+	// their `sluice mcp` once their calls end (daemon/mcphost).
+	ended := make(chan struct{})
+	go func() { d.mcp.Close(); close(ended) }()
 	gctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownGrace)
 	drained := d.calls.wait(gctx)
 	cancel()
@@ -482,9 +486,6 @@ func (d *Daemon) shutdown(srv *http.Server) {
 		}
 		cancel()
 	}
-	// Attached MCP sessions end now: each `sluice mcp` is told so.
-	ended := make(chan struct{})
-	go func() { d.mcp.Close(); close(ended) }()
 	select {
 	case <-served:
 	case <-time.After(2 * time.Second):
@@ -492,7 +493,7 @@ func (d *Daemon) shutdown(srv *http.Server) {
 	select {
 	case <-ended:
 	case <-time.After(2 * time.Second):
-		d.log.Warn("mcp sessions did not end within 2 s", "sessions", d.mcp.Sessions())
+		d.log.Warn("mcp sessions not handed back within 2 s of the calls' end", "sessions", d.mcp.Sessions())
 	}
 	srv.Close()
 }

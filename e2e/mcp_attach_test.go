@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -231,8 +230,11 @@ func TestMCPAttachedSession(t *testing.T) {
 
 // TestMCPAttachedEnds: an attached session ends with whichever side
 // goes first. `sluice mcp` killed: sluiced closes its copies of the
-// descriptors (the client's stdout reaches EOF). sluiced stopped:
-// `sluice mcp` exits 1 and says the client must start it again.
+// descriptors (the client's stdout reaches EOF). sluiced stopped: it
+// hands the session back, with what it had read of the next message,
+// and `sluice mcp` serves it on: once sluiced is back, the tools are
+// listed again (tools/list_changed) and that message, finished by the
+// client, is answered.
 func TestMCPAttachedEnds(t *testing.T) {
 	fx := escapetest.Build(t)
 	d := startOwnDaemon(t, fx.Manifest)
@@ -254,12 +256,54 @@ func TestMCPAttachedEnds(t *testing.T) {
 	if text, isErr := q.callText("read_file", map[string]any{"path": "workspace/src/a.py"}); isErr || text != "print('hello')\n" {
 		t.Fatalf("read_file: %q %v", text, isErr)
 	}
+	// Half a message is in sluiced's hands when it stops.
+	msg := `{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"workspace/src/a.py"}}}` + "\n"
+	if _, err := q.in.Write([]byte(msg[:40])); err != nil {
+		t.Fatal(err)
+	}
 	d.stop()
-	<-q.done
-	err := q.err
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(q.stderr.String(), "sluiced stopped") {
-		t.Fatalf("sluice mcp after sluiced stopped: %v\n%s", err, q.stderr)
+	d.start()
+	if !q.waitFor(`"notifications/tools/list_changed"`) {
+		t.Fatalf("no tools/list_changed once sluiced was back\n%s", q.stderr)
+	}
+	if !strings.Contains(q.stderr.String(), "serving the MCP session in this process from here on") {
+		t.Fatalf("sluice mcp does not say it took the session over:\n%s", q.stderr)
+	}
+	if _, err := q.in.Write([]byte(msg[40:])); err != nil {
+		t.Fatal(err)
+	}
+	if !q.waitFor(`"id":77,"result"`, `print('hello')`) {
+		t.Fatalf("the message sluiced had half of was not answered\n%s", q.stderr)
+	}
+	if text, isErr := q.callText("read_file", map[string]any{"path": "workspace/src/a.py"}); isErr || text != "print('hello')\n" {
+		t.Fatalf("read_file after the handoff: %q %v\n%s", text, isErr, q.stderr)
+	}
+	q.in.Close()
+	if <-q.done; q.err != nil {
+		t.Fatalf("sluice mcp after stdin closed: %v\n%s", q.err, q.stderr)
+	}
+}
+
+// waitFor waits (at most 60 s) for a line of stdout holding every one of
+// subs.
+func (p *mcpProc) waitFor(subs ...string) bool {
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				return false
+			}
+			all := true
+			for _, s := range subs {
+				all = all && bytes.Contains(line, []byte(s))
+			}
+			if all {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
 	}
 }
 

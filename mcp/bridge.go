@@ -127,6 +127,19 @@ func (b *Bridge) Run(ctx context.Context, t sdk.Transport) error {
 		b.Start(ctx)
 		err = b.srv.Run(ctx, t)
 	}
+	return quiet(err)
+}
+
+// Resume serves over in and out, as Run does over stdio, a session
+// another host began and handed over (Handoff): its state, and what it
+// had read of the next message ahead of in.
+func (b *Bridge) Resume(ctx context.Context, in io.Reader, out io.Writer, h *Handoff) error {
+	_, err := b.RunStdioSession(ctx, io.MultiReader(bytes.NewReader(h.Rest), in), out, StdioOptions{State: h.State})
+	return quiet(err)
+}
+
+// quiet is nil for the errors that only say the session ended.
+func quiet(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) || errors.Is(err, sdk.ErrConnectionClosed) {
 		return nil
 	}

@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -64,12 +66,48 @@ type fastStdio struct {
 	wg       sync.WaitGroup
 	// eof is set once in ended: the client is gone.
 	eof atomic.Bool
+	// detaching: StdioOptions.Detach closed; handedOff: reading then
+	// stopped between two messages, rest what it had of the next.
+	detaching, handedOff atomic.Bool
+	rest                 []byte
 }
 
 // RunStdio serves the MCP session as Run does over stdio, on in and out
 // (newline-delimited JSON-RPC), until in ends or ctx does. maxLine is the
 // SDK's MaxLineLength.
 func (b *Bridge) RunStdio(ctx context.Context, in io.Reader, out io.Writer, maxLine int) error {
+	_, err := b.RunStdioSession(ctx, in, out, StdioOptions{MaxLine: maxLine})
+	return err
+}
+
+// StdioOptions are a stdio session's, beyond its streams.
+type StdioOptions struct {
+	// MaxLine is the SDK's MaxLineLength (0: its default).
+	MaxLine int
+	// State resumes a session another host began (Handoff.State): it
+	// is not initialized again.
+	State *sdk.ServerSessionState
+	// Detach, once closed, hands the session over rather than serving
+	// on: reading stops at a message's end (in must have
+	// SetReadDeadline, as an *os.File of a pipe or a socket has), the
+	// requests already read are answered, and RunStdioSession returns
+	// the Handoff. sluiced detaches its attached sessions when it stops
+	// (docs/mcp.md "Attached sessions").
+	Detach <-chan struct{}
+}
+
+// Handoff is a session detached from its host, for the next to resume.
+type Handoff struct {
+	// State is the session's (nil: it was not initialized yet).
+	State *sdk.ServerSessionState
+	// Rest was read from in but not served: the start of its next
+	// message.
+	Rest []byte
+}
+
+// RunStdioSession is RunStdio with options. It returns a Handoff when
+// opts.Detach closed and the session was handed over whole, else nil.
+func (b *Bridge) RunStdioSession(ctx context.Context, in io.Reader, out io.Writer, opts StdioOptions) (*Handoff, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b.out = newOutputs()
@@ -77,12 +115,30 @@ func (b *Bridge) RunStdio(ctx context.Context, in io.Reader, out io.Writer, maxL
 	pr, pw := io.Pipe()
 	f := &fastStdio{b: b, in: in, toSDK: pw, out: w, inflight: map[string]context.CancelFunc{}}
 	b.Start(ctx)
-	ss, err := b.srv.Connect(ctx, &sdk.IOTransport{Reader: pr, Writer: nopCloser{w}, MaxLineLength: maxLine}, nil)
+	ss, err := b.srv.Connect(ctx, &sdk.IOTransport{Reader: pr, Writer: nopCloser{w}, MaxLineLength: opts.MaxLine},
+		&sdk.ServerSessionOptions{State: opts.State})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f.ss = ss
-	go f.read(ctx)
+	readDone := make(chan struct{})
+	go func() {
+		f.read(ctx)
+		close(readDone)
+	}()
+	if opts.Detach != nil {
+		go func() {
+			select {
+			case <-opts.Detach:
+				f.detaching.Store(true)
+				if d, ok := in.(interface{ SetReadDeadline(time.Time) error }); ok {
+					_ = d.SetReadDeadline(time.Unix(1, 0)) // ends the read now
+				}
+			case <-readDone:
+			case <-ctx.Done():
+			}
+		}()
+	}
 	done := make(chan error, 1)
 	go func() { done <- ss.Wait() }()
 	select {
@@ -91,6 +147,17 @@ func (b *Bridge) RunStdio(ctx context.Context, in io.Reader, out io.Writer, maxL
 		<-done
 		err = ctx.Err()
 	case err = <-done:
+	}
+	if f.handedOff.Load() && ctx.Err() == nil {
+		// Reading stopped at a message's end and the SDK answered what
+		// it had; the fast calls finish too, uncancelled, before the
+		// next host writes.
+		f.wg.Wait()
+		h := &Handoff{Rest: f.rest}
+		if ip := ss.InitializeParams(); ip != nil {
+			h.State = &sdk.ServerSessionState{InitializeParams: ip, InitializedParams: &sdk.InitializedParams{}}
+		}
+		return h, nil
 	}
 	if f.eof.Load() && (errors.Is(err, io.ErrClosedPipe) || errors.Is(err, syscall.EPIPE)) {
 		// The client closed our stdin and stdout together; a
@@ -101,7 +168,7 @@ func (b *Bridge) RunStdio(ctx context.Context, in io.Reader, out io.Writer, maxL
 	// No fast call writes after the session: cancelled, and waited for.
 	cancel()
 	f.wg.Wait()
-	return err
+	return nil, err
 }
 
 // read reads in line by line until it ends, then ends the SDK's input.
@@ -109,7 +176,17 @@ func (f *fastStdio) read(ctx context.Context) {
 	br := bufio.NewReaderSize(f.in, fastMaxLine)
 	for {
 		line, err := br.ReadSlice('\n')
+		if err != nil && f.detaching.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			// Detached between two messages: what was read of the next
+			// goes to the next host, and the SDK's input ends here.
+			f.rest = bytes.Clone(line)
+			f.handedOff.Store(true)
+			f.toSDK.Close()
+			return
+		}
 		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long line, streamed to the SDK: a detach in its middle
+			// cannot hand the session over (the SDK has half of it).
 			for errors.Is(err, bufio.ErrBufferFull) {
 				if _, werr := f.toSDK.Write(line); werr != nil {
 					return

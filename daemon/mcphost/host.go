@@ -52,29 +52,36 @@ type Host struct {
 	h        http.Handler // sluiced's
 	mu       sync.Mutex
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	live   atomic.Int64
-	seq    atomic.Uint64
+	// stopping closes when sluiced stops: each session is handed back
+	// to its `sluice mcp`.
+	stopping chan struct{}
+	closed   bool // under mu
+	wg       sync.WaitGroup
+	live     atomic.Int64
+	seq      atomic.Uint64
 }
 
 // New returns a host whose sessions' requests h (sluiced's handler)
 // serves, at most maxConns at once each (a uid's connection cap over the
 // socket); socket is named in their errors.
 func New(h http.Handler, socket string, maxConns int, log *slog.Logger) *Host {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Host{socket: socket, maxConns: max(maxConns, 1), log: log, h: h, ctx: ctx, cancel: cancel}
+	return &Host{socket: socket, maxConns: max(maxConns, 1), log: log, h: h, stopping: make(chan struct{})}
 }
 
 // Sessions is the number of attached sessions.
 func (h *Host) Sessions() int { return int(h.live.Load()) }
 
-// Close ends every session (each `sluice mcp` is told why and exits) and
-// waits for them; no session attaches after it.
+// Close hands every session back to its `sluice mcp`, which serves it on
+// in its own process: each stops reading at a message's end, answers
+// what it read (its calls end as sluiced's calls do when it stops), and
+// sends its state and what it read of the next message. It waits for
+// them; no session attaches after it.
 func (h *Host) Close() {
 	h.mu.Lock()
-	h.cancel()
+	if !h.closed {
+		h.closed = true
+		close(h.stopping)
+	}
 	h.mu.Unlock()
 	h.wg.Wait()
 }
@@ -129,7 +136,7 @@ func (h *Host) Attach(nc net.Conn, uc *net.UnixConn, s Session) {
 func (h *Host) begin() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ctx.Err() != nil {
+	if h.closed {
 		return false
 	}
 	h.wg.Add(1)
@@ -139,7 +146,7 @@ func (h *Host) begin() bool {
 // serve runs the session until the client closes its stdin, `sluice mcp`
 // goes away (its connection ends), or the host closes.
 func (h *Host) serve(nc net.Conn, in, out *os.File, s Session) api.MCPAttachState {
-	ctx, cancel := context.WithCancel(h.ctx)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		// `sluice mcp` sends nothing more: a read returns when it exits.
@@ -160,20 +167,23 @@ func (h *Host) serve(nc net.Conn, in, out *os.File, s Session) api.MCPAttachStat
 	}
 	log.Info("mcp session attached")
 	b := mcp.New(mcp.Options{Socket: h.socket, Client: c, Logger: log, Task: s.Task})
-	err := b.RunStdio(ctx, in, out, 0)
+	hand, err := b.RunStdioSession(ctx, in, out, mcp.StdioOptions{Detach: h.stopping})
 	// The fast path's reader may still wait on in: closing it ends the read.
 	in.Close()
 	out.Close()
 	st := api.MCPAttachState{End: api.MCPEndEOF}
 	switch {
-	case h.ctx.Err() != nil:
-		st = api.MCPAttachState{End: api.MCPEndStopping}
+	case hand != nil:
+		st = api.MCPAttachState{End: api.MCPEndStopping, Handoff: &api.MCPHandoff{Rest: hand.Rest}}
+		if hand.State != nil {
+			st.Handoff.State, _ = json.Marshal(hand.State)
+		}
 	case ctx.Err() != nil:
 		st = api.MCPAttachState{End: api.MCPEndDetached}
 	case err != nil && !errors.Is(err, os.ErrClosed):
 		st = api.MCPAttachState{End: api.MCPEndError, Error: err.Error()}
 	}
-	log.Info("mcp session ended", "end", st.End)
+	log.Info("mcp session ended", "end", st.End, "handed_back", st.Handoff != nil)
 	return st
 }
 

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -55,18 +57,31 @@ func (e *env) mcp(args []string) int {
 	if !ok {
 		return ExitUsage
 	}
+	b := mcp.New(mcp.Options{Socket: e.socket, Client: c, Logger: log, Task: *task})
+	var a *client.Attachment
+	aerr := errors.New("--local")
 	if !*local {
-		a, err := c.AttachMCP(e.ctx, os.Stdin, os.Stdout, *task)
-		if err == nil {
-			return e.attached(a)
-		}
+		a, aerr = c.AttachMCP(e.ctx, os.Stdin, os.Stdout, *task)
+	}
+	var err error
+	if aerr != nil {
 		// Not attached (an older sluiced, stdin or stdout not a pipe or a
 		// socket, sluiced not reachable): this process serves the
 		// session, and each request says what is wrong with sluiced.
-		log.Info("serving the MCP session in this process", "why", err.Error())
+		log.Info("serving the MCP session in this process", "why", aerr.Error())
+		err = b.Run(e.ctx, &sdk.StdioTransport{})
+	} else {
+		h, code := e.attached(a)
+		if h == nil {
+			return code
+		}
+		// sluiced stopped and handed the session back: served here
+		// from its next message on (each call then says whether
+		// sluiced is back).
+		log.Info("sluiced is stopping: serving the MCP session in this process from here on")
+		err = b.Resume(e.ctx, os.Stdin, os.Stdout, h)
 	}
-	b := mcp.New(mcp.Options{Socket: e.socket, Client: c, Logger: log, Task: *task})
-	if err := b.Run(e.ctx, &sdk.StdioTransport{}); err != nil {
+	if err != nil {
 		fmt.Fprintf(e.stderr, "sluice mcp: %v\n", err)
 		return ExitFailed
 	}
@@ -75,7 +90,9 @@ func (e *env) mcp(args []string) int {
 
 // attached waits for the session sluiced serves: until it ends, or this
 // process is told to stop (which detaches it: sluiced ends the session).
-func (e *env) attached(a *client.Attachment) int {
+// A session sluiced handed back as it stopped is returned, to be served
+// on here.
+func (e *env) attached(a *client.Attachment) (*mcp.Handoff, int) {
 	type end struct {
 		st  api.MCPAttachState
 		err error
@@ -88,20 +105,29 @@ func (e *env) attached(a *client.Attachment) int {
 	select {
 	case <-e.ctx.Done():
 		a.Close()
-		return ExitOK
+		return nil, ExitOK
 	case r := <-done:
 		a.Close()
 		switch {
 		case r.err != nil:
 			fmt.Fprintf(e.stderr, "sluice mcp: %v; the MCP client must start sluice mcp again\n", r.err)
-			return ExitFailed
+			return nil, ExitFailed
+		case r.st.End == api.MCPEndStopping && r.st.Handoff != nil:
+			h := &mcp.Handoff{Rest: r.st.Handoff.Rest}
+			if len(r.st.Handoff.State) > 0 {
+				if err := json.Unmarshal(r.st.Handoff.State, &h.State); err != nil {
+					fmt.Fprintf(e.stderr, "sluice mcp: the session sluiced handed back: %v; the MCP client must start sluice mcp again\n", err)
+					return nil, ExitFailed
+				}
+			}
+			return h, ExitOK
 		case r.st.End == api.MCPEndStopping:
 			fmt.Fprintln(e.stderr, "sluice mcp: sluiced stopped, ending the session; the MCP client must start sluice mcp again")
-			return ExitFailed
+			return nil, ExitFailed
 		case r.st.End == api.MCPEndError:
 			fmt.Fprintf(e.stderr, "sluice mcp: %s\n", r.st.Error)
-			return ExitFailed
+			return nil, ExitFailed
 		}
-		return ExitOK
+		return nil, ExitOK
 	}
 }

@@ -3,7 +3,7 @@ package api
 import "encoding/json"
 
 // PathMCP is the endpoint `sluice mcp` attaches its session to
-// (docs/mcp.md "Attached sessions"): POST an MCPAttachRequest; sluiced
+// (docs/clients.md "Attached sessions"): POST an MCPAttachRequest; sluiced
 // answers 101 Switching Protocols (Upgrade: sluice-mcp), then takes the
 // client's stdin and stdout in one SCM_RIGHTS message and writes
 // MCPAttachState lines on the connection: one when the session is

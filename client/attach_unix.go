@@ -36,7 +36,7 @@ type Attachment struct {
 // AttachMCP hands in and out (the MCP client's stdin and stdout: pipes or
 // sockets) to sluiced, which serves the MCP session on them as this
 // client's peer, with its token, every call's task being task
-// (docs/mcp.md "Attached sessions"). It returns once sluiced took them;
+// (docs/clients.md "Attached sessions"). It returns once sluiced took them;
 // Wait then says how the session ended. An error wrapping
 // ErrAttachUnsupported, or an APIError, means the session was not
 // attached and in and out are untouched.

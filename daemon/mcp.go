@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/daemon/transport"
 )
 
-// handleMCP attaches a `sluice mcp` session (POST /v1/mcp, docs/mcp.md
+// handleMCP attaches a `sluice mcp` session (POST /v1/mcp, docs/clients.md
 // "Attached sessions"): the request is read and checked here, the
 // connection is then the session host's (daemon/mcphost), which serves
 // the session as this peer, with the request's token and task.

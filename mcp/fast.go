@@ -92,7 +92,7 @@ type StdioOptions struct {
 	// SetReadDeadline, as an *os.File of a pipe or a socket has), the
 	// requests already read are answered, and RunStdioSession returns
 	// the Handoff. sluiced detaches its attached sessions when it stops
-	// (docs/mcp.md "Attached sessions").
+	// (docs/clients.md "Attached sessions").
 	Detach <-chan struct{}
 }
 

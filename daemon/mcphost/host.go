@@ -2,7 +2,7 @@
 
 // Package mcphost serves `sluice mcp` sessions inside sluiced.
 //
-// `sluice mcp` attaches (POST /v1/mcp, docs/mcp.md "Attached sessions"):
+// `sluice mcp` attaches (POST /v1/mcp, docs/clients.md "Attached sessions"):
 // it hands sluiced its stdin and stdout over the socket (SCM_RIGHTS) and
 // waits. sluiced then serves the MCP session on those two descriptors
 // with the same bridge `sluice mcp` would run in its own process (package

@@ -25,7 +25,7 @@ would not allow. It exits when stdin closes.
 
 When stdin and stdout are pipes or sockets (as MCP clients start it),
 it hands them to sluiced over the socket and waits: sluiced serves the
-session itself, as this user (docs/mcp.md "Attached sessions"), and each
+session itself, as this user (docs/clients.md "Attached sessions"), and each
 call skips a process. Otherwise, or when sluiced cannot take them, this
 process serves the session.
 

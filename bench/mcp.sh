@@ -5,17 +5,21 @@
 # straight over sluiced's socket (no MCP hop). Prints p50/p95 and ratios;
 # asserts nothing. Needs bin/ (make build), node and npm.
 #   bench/mcp.sh [N]    N calls per side (default 500)
-#   bench/mcp.sh [--runs K] [--alternate DIR] [N]
+#   bench/mcp.sh [--runs K] [--alternate DIR] [--floor] [N]
 #     K runs (default 1); with --alternate, each run is two: sluiced and
 #     sluice from DIR (another build's bin/, e.g. a copy made before a
 #     change) and from bin/, which of them first alternating from run to
 #     run, then a line per run and build: p50s in ms and the ratio.
+#     --floor adds bench/mcpfloor, a few-line Go MCP server, without and
+#     with one 4 KiB O_DIRECT|O_DSYNC write a call: the least any MCP
+#     server that keeps a durable record per call costs here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-runs=1 alt=
+runs=1 alt= floor=
 while [ $# -gt 0 ]; do
   case $1 in
+    --floor) floor=1; shift ;;
     --runs) runs=$2; shift 2 ;;
     --alternate) alt=$(cd "$2" && pwd); shift 2 ;;
     *) break ;;
@@ -37,6 +41,10 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$tmp/ws"
+if [ -n "$floor" ]; then
+  go build -o "$tmp/mcpfloor" ./bench/mcpfloor
+  export BENCH_FLOOR=$tmp/mcpfloor
+fi
 head -c 4096 /dev/zero | tr '\0' 'x' >"$tmp/ws/bench4k.txt"
 cat >"$tmp/manifest.json" <<JSON
 {"schema_version":1,"tools":{"bench_read":{"operation":"read","roots":["ws"],"max_bytes":65536}}}

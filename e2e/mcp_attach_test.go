@@ -140,18 +140,28 @@ func (p *mcpProc) callText(tool string, args any) (string, bool) {
 	return r.Content[0].Text, r.IsError
 }
 
-// stdoutEOF waits (at most 30 s) for stdout's end: every process that
+// stdoutEOF waits (at most 60 s) for stdout's end: every process that
 // held its write end closed it.
 func (p *mcpProc) stdoutEOF() bool {
-	timeout := time.After(30 * time.Second)
+	_, closed := p.scan(func([]byte) bool { return false })
+	return closed
+}
+
+// scan reads stdout's lines until one matches (found), stdout ends
+// (closed), or 60 s pass.
+func (p *mcpProc) scan(match func(line []byte) bool) (found, closed bool) {
+	timeout := time.After(60 * time.Second)
 	for {
 		select {
-		case _, ok := <-p.lines:
+		case line, ok := <-p.lines:
 			if !ok {
-				return true
+				return false, true
+			}
+			if match(line) {
+				return true, false
 			}
 		case <-timeout:
-			return false
+			return false, false
 		}
 	}
 }
@@ -287,24 +297,15 @@ func TestMCPAttachedEnds(t *testing.T) {
 // waitFor waits (at most 60 s) for a line of stdout holding every one of
 // subs.
 func (p *mcpProc) waitFor(subs ...string) bool {
-	timeout := time.After(60 * time.Second)
-	for {
-		select {
-		case line, ok := <-p.lines:
-			if !ok {
+	found, _ := p.scan(func(line []byte) bool {
+		for _, s := range subs {
+			if !bytes.Contains(line, []byte(s)) {
 				return false
 			}
-			all := true
-			for _, s := range subs {
-				all = all && bytes.Contains(line, []byte(s))
-			}
-			if all {
-				return true
-			}
-		case <-timeout:
-			return false
 		}
-	}
+		return true
+	})
+	return found
 }
 
 // TestMCPNotAttached: a stdin that is a file (not a pipe or a socket)

@@ -14,14 +14,17 @@ type Status struct {
 	PolicyVersion string `json:"policy_version"`
 	// Scope is "all" (an approver's view) or "own" (the caller's own
 	// calls, approvals and denials).
-	Scope     string        `json:"scope"`
-	Principal string        `json:"principal,omitempty"` // the caller, as its peer credentials map
-	Calls     []StatusCall  `json:"calls"`               // calls in flight, oldest first
-	Approvals StatusParked  `json:"approvals"`           // calls waiting for a human
-	Pools     []StatusPool  `json:"pools,omitempty"`     // approvers only
-	Denials   StatusDenials `json:"denials"`             // recent denials by reason
-	Tasks     int           `json:"tasks"`               // tasks the daemon remembers (see GET /v1/tasks)
-	Audit     string        `json:"audit"`               // "ok" or "degraded"
+	Scope     string       `json:"scope"`
+	Principal string       `json:"principal,omitempty"` // the caller, as its peer credentials map
+	Calls     []StatusCall `json:"calls"`               // calls in flight, oldest first
+	Approvals StatusParked `json:"approvals"`           // calls waiting for a human
+	Pools     []StatusPool `json:"pools,omitempty"`     // approvers only
+	// MCPSessions is how many `sluice mcp` sessions sluiced serves
+	// attached (docs/clients.md "Attached sessions"); approvers only.
+	MCPSessions int           `json:"mcp_sessions,omitempty"`
+	Denials     StatusDenials `json:"denials"` // recent denials by reason
+	Tasks       int           `json:"tasks"`   // tasks the daemon remembers (see GET /v1/tasks)
+	Audit       string        `json:"audit"`   // "ok" or "degraded"
 
 	// Budgets are the principals' rates and denial budgets (budget.go):
 	// the caller's own, an approver's everyone's; absent when none.

@@ -157,6 +157,7 @@ func (d *Daemon) handleStatus(w http.ResponseWriter, r *http.Request, peer Peer)
 		}
 		p.release()
 		sort.Slice(st.Pools, func(i, j int) bool { return st.Pools[i].Tool < st.Pools[j].Tool })
+		st.MCPSessions = d.mcp.Sessions()
 	}
 	st.Denials = d.recent.counts(now, name, all)
 	st.Budgets = d.budgetStatus(name, all, true)

@@ -197,7 +197,7 @@ func TestMCPAttachedSession(t *testing.T) {
 	fx := escapetest.Build(t)
 	testutil.Must(t, os.Chmod(fx.Base, 0o755))
 	m := writeFile(t, fx.Base, "attach.json", `{"schema_version":1,
-	  "principals":{"agent":{"uids":[65534],"tools":["read_src"]},"ops":{"uids":[0],"tools":["*"]}},
+	  "principals":{"agent":{"uids":[65534],"tools":["read_src"]},"ops":{"uids":[0],"approver":true,"tools":["*"]}},
 	  "tools":{"read_src":{"operation":"read","roots":["workspace/src"]},
 	           "read_all":{"operation":"read","roots":["workspace"]}}}`)
 	d := startOwnDaemon(t, m)
@@ -206,6 +206,9 @@ func TestMCPAttachedSession(t *testing.T) {
 	p.initialize()
 	if !holdsPipeOf(t, d.cmd.Process.Pid, p.cmd.Process.Pid, 0) || !holdsPipeOf(t, d.cmd.Process.Pid, p.cmd.Process.Pid, 1) {
 		t.Fatalf("sluiced does not hold sluice mcp's stdin and stdout: not attached\n%s", p.stderr)
+	}
+	if out, _, code := sluice(t, d.socket, "status"); code != 0 || !strings.Contains(out, "attached MCP sessions: 1\n") {
+		t.Fatalf("sluice status as an approver, one session attached: %d\n%s", code, out)
 	}
 	lt, rerr := p.request("tools/list", map[string]any{})
 	if rerr != nil || !bytes.Contains(lt, []byte(`"read_src"`)) || bytes.Contains(lt, []byte(`"read_all"`)) {

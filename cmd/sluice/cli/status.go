@@ -20,10 +20,11 @@ const statusHelp = `Usage: sluice status [--json]
 What sluiced is doing now (GET /v1/status): its version and policy_version,
 the calls in flight (principal, tool, task, age, and the approval a parked
 one waits for), the calls waiting for approval (how many, the oldest), the
-execute tools' warm pools (ready of size), the denials of the last 5
+execute tools' warm pools (ready of size), the attached MCP sessions
+(docs/clients.md), the denials of the last 5
 minutes by reason, and the principals' budgets (rate, denials in the
 window, a lockout and when it ends). An approver sees every principal's; anyone else only
-their own calls, approvals and denials, and no pools.
+their own calls, approvals and denials, and no pools or sessions.
 
   --json   print the daemon's JSON
 `
@@ -99,6 +100,7 @@ func printStatus(w io.Writer, st *api.Status) {
 			}
 			fmt.Fprintf(w, "pools: %s\n", strings.Join(parts, ", "))
 		}
+		fmt.Fprintf(w, "attached MCP sessions: %d\n", st.MCPSessions)
 	}
 	window := time.Duration(st.Denials.WindowS) * time.Second
 	fmt.Fprintf(w, "denials in the last %s: %d", strings.TrimSuffix(window.String(), "0s"), st.Denials.Total)

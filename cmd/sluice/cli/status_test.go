@@ -57,10 +57,11 @@ func TestStatus(t *testing.T) {
 			{CallID: "c-1", Principal: "agent", Tool: "ask_read", Task: "t\x1b[2J", AgeS: 75.2, ApprovalID: "a-1"},
 			{CallID: "c-2", Principal: "agent", Tool: "run_tests", AgeS: 0.25},
 		},
-		Approvals: api.StatusParked{Count: 1, Oldest: "2026-12-05T12:00:00Z", OldestAgeS: 75.2},
-		Pools:     []api.StatusPool{{Tool: "run_tests", Ready: 1, Size: 2}},
-		Denials:   api.StatusDenials{WindowS: 300, Total: 3, ByReason: map[string]int{"outside_roots": 2, "never_listed": 1}},
-		Tasks:     2}
+		Approvals:   api.StatusParked{Count: 1, Oldest: "2026-12-05T12:00:00Z", OldestAgeS: 75.2},
+		Pools:       []api.StatusPool{{Tool: "run_tests", Ready: 1, Size: 2}},
+		MCPSessions: 3,
+		Denials:     api.StatusDenials{WindowS: 300, Total: 3, ByReason: map[string]int{"outside_roots": 2, "never_listed": 1}},
+		Tasks:       2}
 	sock := fakeOps(t, st, api.Tasks{})
 	code, out, errOut := runCLI(t, "--socket", sock, "status")
 	if code != ExitOK {
@@ -75,6 +76,7 @@ func TestStatus(t *testing.T) {
 		"250ms",
 		"waiting for approval: 1 (the oldest began 1m15s ago)\n",
 		"pools: run_tests 1/2 ready\n",
+		"attached MCP sessions: 3\n",
 		"denials in the last 5m: 3 (outside_roots 2, never_listed 1)\n",
 		"tasks remembered: 2 (sluice tasks list)\n",
 		"! 1 control/invisible characters in tool names or task ids, shown escaped\n",

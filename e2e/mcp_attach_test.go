@@ -411,6 +411,12 @@ func TestMCPAttachRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tf.Close()
+	dg, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(dg[0])
+	defer syscall.Close(dg[1])
 	for _, tc := range []struct {
 		name string
 		fds  []int
@@ -421,6 +427,7 @@ func TestMCPAttachRefusals(t *testing.T) {
 		{"a regular file", []int{int(file.Fd()), int(pw.Fd())}, "stdin is not a pipe or a socket"},
 		{"stdin write-only", []int{int(pw.Fd()), int(pw.Fd())}, "stdin is not open for reading"},
 		{"a TCP socket", []int{int(pr.Fd()), int(tf.Fd())}, "stdout is a socket, but not a unix socket"},
+		{"a datagram socket", []int{dg[0], int(pw.Fd())}, "stdin is a unix socket, but not a stream socket"},
 		{"stdout read-only", []int{int(pr.Fd()), int(pr.Fd())}, "stdout is not open for writing"},
 	} {
 		c, br := dial()

@@ -254,8 +254,8 @@ func receive(uc *net.UnixConn, uid uint32) (in, out *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "mcp-stdin"), os.NewFile(uintptr(fds[1]), "mcp-stdout"), nil
 }
 
-// usable checks that fd is a pipe, or a unix socket whose other end is
-// uid's, open for reading (stdin) or writing (stdout), and makes it
+// usable checks that fd is a pipe, or a unix stream socket whose other
+// end is uid's, open for reading (stdin) or writing (stdout), and makes it
 // non-blocking so that os.NewFile puts it in the runtime's poller: a read
 // or write never holds a thread, and closing the file ends one that
 // waits. A socket to anyone else is refused: what sluiced writes on a
@@ -276,8 +276,14 @@ func usable(fd int, read bool, uid uint32) error {
 		if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
 			return fmt.Errorf("%s is a socket, but not a unix socket", name)
 		}
+		// A stream: a datagram socket connect()ed to a receiver has no
+		// peer credentials, and the kernel then reports the overflow uid
+		// (65534), which an agent running as nobody would match.
+		if typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
+			return fmt.Errorf("%s is a unix socket, but not a stream socket", name)
+		}
 		cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
-		if err != nil || cred.Uid != uid {
+		if err != nil || cred.Pid == 0 || cred.Uid != uid {
 			return fmt.Errorf("%s is a unix socket whose other end is not this user's", name)
 		}
 	default:

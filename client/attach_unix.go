@@ -39,7 +39,7 @@ type Attachment struct {
 // (docs/clients.md "Attached sessions"). It returns once sluiced took them;
 // Wait then says how the session ended. An error wrapping
 // ErrAttachUnsupported, or an APIError, means the session was not
-// attached and in and out are untouched.
+// attached, and in and out are this process's, in blocking mode.
 func (c *Client) AttachMCP(ctx context.Context, in, out *os.File, task string) (*Attachment, error) {
 	nc, err := c.dial(ctx)
 	if err != nil {
@@ -95,6 +95,12 @@ func (c *Client) attach(ctx context.Context, nc net.Conn, in, out *os.File, task
 		return nil, fmt.Errorf("attach: passing stdin and stdout: %w", err)
 	}
 	st, err := readState(br)
+	if err != nil || !st.Attached {
+		// Not attached: the descriptors are this process's again, in
+		// blocking mode whatever sluiced did with them.
+		_ = syscall.SetNonblock(int(in.Fd()), false)
+		_ = syscall.SetNonblock(int(out.Fd()), false)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("attach: %w", err)
 	}

@@ -374,7 +374,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	handler := d.routes()
-	d.mcp = mcphost.New(handler, cfg.Socket, cfg.MaxConnsPerUID, d.log)
+	d.mcp = mcphost.New(handler, cfg.Socket, cfg.MaxConnsPerUID, cfg.WriteTimeout, d.log)
 	srv := &http.Server{
 		Handler:           handler,
 		ConnContext:       transport.ConnContext,

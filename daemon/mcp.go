@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -33,6 +34,19 @@ func (d *Daemon) handleMCP(w http.ResponseWriter, r *http.Request, peer Peer) {
 		writeError(w, http.StatusBadRequest, api.ErrBadRequest, "task: at most 128 bytes, no control characters")
 		return
 	}
+	// As for events: a principal of the manifest, or a valid token (a
+	// 401 otherwise), so that uids the manifest does not name cannot
+	// hold the connections a session keeps.
+	p := d.acquire()
+	known, answered := d.eventsToken(w, r, peer, p.m)
+	p.release()
+	if answered {
+		return
+	}
+	if !known {
+		writeError(w, http.StatusForbidden, api.ErrForbidden, fmt.Sprintf("uid %d is not a principal of the manifest: it may not attach an MCP session", peer.UID))
+		return
+	}
 	if !strings.EqualFold(r.Header.Get("Upgrade"), api.MCPUpgrade) {
 		writeError(w, http.StatusBadRequest, api.ErrBadRequest, "POST "+api.PathMCP+" upgrades the connection: send Upgrade: "+api.MCPUpgrade+" (sluice mcp does)")
 		return
@@ -46,10 +60,10 @@ func (d *Daemon) handleMCP(w http.ResponseWriter, r *http.Request, peer Peer) {
 	if err != nil {
 		return
 	}
-	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	token, _ := api.BearerToken(r.Header.Get("Authorization"))
 	uc, _ := transport.UnixConn(nc)
 	d.mcp.Attach(nc, uc, mcphost.Session{
-		Task: req.Task, Token: token, UID: peer.UID,
+		Task: req.Task, Token: token, PID: peer.PID, UID: peer.UID, GID: peer.GID,
 		Bind: func(ctx context.Context) context.Context { return transport.WithPeer(ctx, peer) },
 		Log:  []any{"uid", peer.UID, "pid", peer.PID},
 	})

@@ -347,8 +347,9 @@ func TestMCPNotAttached(t *testing.T) {
 
 // TestMCPAttachRefusals: POST /v1/mcp over the socket, by hand. Without
 // the Upgrade header it is a 400; the descriptors must come as two, in
-// one message, each a pipe or a unix socket open the right way: anything
-// else is refused with a reason, and sluiced keeps none of them.
+// one message, each an anonymous pipe or a unix stream socket open the
+// right way: anything else is refused with a reason, and sluiced keeps
+// none of them.
 func TestMCPAttachRefusals(t *testing.T) {
 	fx := escapetest.Build(t)
 	d := startOwnDaemon(t, fx.Manifest)
@@ -411,6 +412,13 @@ func TestMCPAttachRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tf.Close()
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	testutil.Must(t, syscall.Mkfifo(fifo, 0o600))
+	ff, err := os.OpenFile(fifo, os.O_RDWR, 0) // O_RDWR: opens without a writer
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ff.Close()
 	dg, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -426,6 +434,7 @@ func TestMCPAttachRefusals(t *testing.T) {
 		{"three descriptors", []int{int(pr.Fd()), int(pw.Fd()), int(pw.Fd())}, "want 2 descriptors"},
 		{"a regular file", []int{int(file.Fd()), int(pw.Fd())}, "stdin is not a pipe or a socket"},
 		{"stdin write-only", []int{int(pw.Fd()), int(pw.Fd())}, "stdin is not open for reading"},
+		{"a named FIFO", []int{int(ff.Fd()), int(pw.Fd())}, "stdin is not a pipe or a socket"},
 		{"a TCP socket", []int{int(pr.Fd()), int(tf.Fd())}, "stdout is a socket, but not a unix socket"},
 		{"a datagram socket", []int{dg[0], int(pw.Fd())}, "stdin is a unix socket, but not a stream socket"},
 		{"stdout read-only", []int{int(pr.Fd()), int(pr.Fd())}, "stdout is not open for writing"},

@@ -46,11 +46,16 @@ const newProtocol = "2026-07-28"
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+	// pending, when set, counts out each response written.
+	pending *pendingSet
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.pending != nil {
+		l.pending.answered(p)
+	}
 	return l.w.Write(p)
 }
 
@@ -70,6 +75,8 @@ type fastStdio struct {
 	// stopped between two messages, rest what it had of the next.
 	detaching, handedOff atomic.Bool
 	rest                 []byte
+	// pending: StdioOptions.MaxPending's count, nil without a bound.
+	pending *pendingSet
 }
 
 // RunStdio serves the MCP session as Run does over stdio, on in and out
@@ -87,6 +94,11 @@ type StdioOptions struct {
 	// State resumes a session another host began (Handoff.State): it
 	// is not initialized again.
 	State *sdk.ServerSessionState
+	// MaxPending, when positive, bounds the requests read and not yet
+	// answered: past it a request is answered at once with an error
+	// (sluiced's attached sessions: a client that sends and never reads
+	// holds no more than this many calls in sluiced).
+	MaxPending int
 	// Detach, once closed, hands the session over rather than serving
 	// on: reading stops at a message's end (in must have
 	// SetReadDeadline, as an *os.File of a pipe or a socket has), the
@@ -114,6 +126,10 @@ func (b *Bridge) RunStdioSession(ctx context.Context, in io.Reader, out io.Write
 	w := &lockedWriter{w: &spliceWriter{w: out, out: b.out}}
 	pr, pw := io.Pipe()
 	f := &fastStdio{b: b, in: in, toSDK: pw, out: w, inflight: map[string]context.CancelFunc{}}
+	if opts.MaxPending > 0 {
+		f.pending = newPendingSet(opts.MaxPending)
+		w.pending = f.pending
+	}
 	b.Start(ctx)
 	ss, err := b.srv.Connect(ctx, &sdk.IOTransport{Reader: pr, Writer: nopCloser{w}, MaxLineLength: opts.MaxLine},
 		&sdk.ServerSessionOptions{State: opts.State})
@@ -184,6 +200,20 @@ func (f *fastStdio) read(ctx context.Context) {
 			f.toSDK.Close()
 			return
 		}
+		if errors.Is(err, bufio.ErrBufferFull) && f.pending != nil {
+			// Bounded: the request a long line is must be counted like
+			// any other, so it is read whole (up to the SDK's own line
+			// limit) before it goes on.
+			long := bytes.Clone(line)
+			for errors.Is(err, bufio.ErrBufferFull) && len(long) <= maxCountedLine {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+			if errors.Is(err, bufio.ErrBufferFull) {
+				err = errTooLong
+			}
+		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A long line, streamed to the SDK: a detach in its middle
 			// cannot hand the session over (the SDK has half of it).
@@ -193,7 +223,9 @@ func (f *fastStdio) read(ctx context.Context) {
 				}
 				line, err = br.ReadSlice('\n')
 			}
-		} else if len(line) > 0 && f.serve(ctx, line) {
+		} else if len(line) > 0 && f.pending != nil && !f.admit(line) {
+			line = nil // answered: too many pending
+		} else if len(line) > 0 && len(line) <= fastMaxLine && f.serve(ctx, line) {
 			line = nil
 		}
 		if len(line) > 0 {
@@ -209,6 +241,48 @@ func (f *fastStdio) read(ctx context.Context) {
 			f.toSDK.CloseWithError(err)
 			return
 		}
+	}
+}
+
+// maxCountedLine bounds a line a bounded session reads whole (the SDK's
+// default MaxLineLength); errTooLong ends a session that sends a longer
+// one.
+const maxCountedLine = 16 << 20
+
+var errTooLong = errors.New("a message longer than 16 MiB")
+
+// admit counts line in if it is a request; one past the bound is
+// answered here, at once, with an error (false).
+func (f *fastStdio) admit(line []byte) bool {
+	id, ok := f.pending.admit(line)
+	if ok {
+		if bytes.Contains(line, []byte(`"notifications/cancelled"`)) {
+			f.forgetCancelled(line)
+		}
+		return true
+	}
+	msg := make([]byte, 0, 256)
+	msg = append(msg, `{"jsonrpc":"2.0","id":`...)
+	msg = append(msg, id...)
+	msg = append(msg, `,"error":`...)
+	msg = append(msg, marshalNoEscape(&jsonrpc.Error{Code: jsonrpc.CodeInternalError,
+		Message: "sluice: " + strconv.Itoa(f.pending.max) + " requests of this session are in flight, the most sluiced takes at once; retry once some are answered"})...)
+	msg = append(msg, "}\n"...)
+	_, _ = f.out.Write(msg)
+	return false
+}
+
+// forgetCancelled counts out the request a notifications/cancelled names:
+// it may get no response.
+func (f *fastStdio) forgetCancelled(line []byte) {
+	var m struct {
+		Method string `json:"method"`
+		Params struct {
+			RequestID json.RawMessage `json:"requestId"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(line, &m) == nil && m.Method == "notifications/cancelled" {
+		f.pending.forget(m.Params.RequestID)
 	}
 }
 

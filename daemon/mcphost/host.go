@@ -33,8 +33,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sluicehq/sluice/api"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/mcp"
@@ -44,13 +42,26 @@ import (
 // answered.
 const attachTimeout = 10 * time.Second
 
+const (
+	// MaxSessionsPerUID bounds one uid's attached sessions: each holds
+	// a connection that is never idle.
+	MaxSessionsPerUID = 32
+	// maxPending bounds a session's requests read and not yet answered:
+	// past it a request is answered at once with an error, so that a
+	// client that sends and never reads holds no more than this many
+	// calls, goroutines and results in sluiced.
+	maxPending = 64
+)
+
 // Host runs the attached sessions of one sluiced.
 type Host struct {
-	socket   string
-	maxConns int
-	log      *slog.Logger
-	h        http.Handler // sluiced's
-	mu       sync.Mutex
+	socket       string
+	maxConns     int
+	writeTimeout time.Duration
+	log          *slog.Logger
+	h            http.Handler // sluiced's
+	mu           sync.Mutex
+	uids         map[uint32]*uidSessions // under mu
 
 	// stopping closes when sluiced stops: each session is handed back
 	// to its `sluice mcp`.
@@ -61,11 +72,21 @@ type Host struct {
 	seq      atomic.Uint64
 }
 
+// uidSessions is one uid's sessions and the request slots they share: a
+// uid's requests in process are capped as its connections are over the
+// socket, however many sessions it attaches.
+type uidSessions struct {
+	n     int
+	slots chan struct{}
+}
+
 // New returns a host whose sessions' requests h (sluiced's handler)
-// serves, at most maxConns at once each (a uid's connection cap over the
-// socket); socket is named in their errors.
-func New(h http.Handler, socket string, maxConns int, log *slog.Logger) *Host {
-	return &Host{socket: socket, maxConns: max(maxConns, 1), log: log, h: h, stopping: make(chan struct{})}
+// serves, at most maxConns at once for one uid (a uid's connection cap
+// over the socket); a write to a session's stdout that takes longer than
+// writeTimeout ends the session; socket is named in their errors.
+func New(h http.Handler, socket string, maxConns int, writeTimeout time.Duration, log *slog.Logger) *Host {
+	return &Host{socket: socket, maxConns: max(maxConns, 1), writeTimeout: writeTimeout, log: log, h: h,
+		uids: map[uint32]*uidSessions{}, stopping: make(chan struct{})}
 }
 
 // Sessions is the number of attached sessions.
@@ -89,9 +110,11 @@ func (h *Host) Close() {
 // Session is what an attach request says of its session.
 type Session struct {
 	Task, Token string
-	// UID is the attaching peer's: a socket handed over must be a unix
-	// socket whose other end is that uid's.
-	UID uint32
+	// The attaching peer's credentials: its sessions are counted by
+	// UID, and what sluiced writes on a socket handed over carries them
+	// (SCM_CREDENTIALS), never sluiced's own.
+	PID      int32
+	UID, GID uint32
 	// Bind puts the attaching peer in a request's context: every request
 	// of the session is that peer's.
 	Bind func(context.Context) context.Context
@@ -105,11 +128,12 @@ type Session struct {
 // the session until it ends.
 func (h *Host) Attach(nc net.Conn, uc *net.UnixConn, s Session) {
 	defer nc.Close()
-	if !h.begin() {
-		writeHTTPError(nc, 503, api.ErrUnavailable, "sluiced is stopping")
+	u, status, why := h.begin(s.UID)
+	if u == nil {
+		writeHTTPError(nc, status, api.ErrUnavailable, why)
 		return
 	}
-	defer h.wg.Done()
+	defer h.end(s.UID)
 	// The server's read deadline for the request is still set: a session
 	// lasts as long as the client's.
 	_ = nc.SetDeadline(time.Time{})
@@ -120,7 +144,7 @@ func (h *Host) Attach(nc net.Conn, uc *net.UnixConn, s Session) {
 	if _, err := nc.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + api.MCPUpgrade + "\r\nConnection: Upgrade\r\n\r\n")); err != nil {
 		return
 	}
-	in, out, err := receive(uc, s.UID)
+	in, out, err := receive(uc, cred{PID: s.PID, UID: s.UID, GID: s.GID})
 	if err != nil {
 		writeLine(nc, api.MCPAttachState{Error: err.Error()})
 		return
@@ -128,26 +152,55 @@ func (h *Host) Attach(nc net.Conn, uc *net.UnixConn, s Session) {
 	h.live.Add(1)
 	defer h.live.Add(-1)
 	writeLine(nc, api.MCPAttachState{Attached: true})
-	end := h.serve(nc, in, out, s)
+	end := h.serve(nc, in, out, u.slots, s)
 	writeLine(nc, end)
 }
 
-// begin counts a session in unless the host is closing.
-func (h *Host) begin() bool {
+// begin counts a session of uid in, unless the host is closing or uid
+// has its most sessions (then the HTTP status and why).
+func (h *Host) begin(uid uint32) (*uidSessions, int, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return false
+		return nil, http.StatusServiceUnavailable, "sluiced is stopping"
 	}
+	u := h.uids[uid]
+	if u == nil {
+		u = &uidSessions{slots: make(chan struct{}, h.maxConns)}
+		h.uids[uid] = u
+	}
+	if u.n >= MaxSessionsPerUID {
+		return nil, http.StatusTooManyRequests, fmt.Sprintf("uid %d has %d MCP sessions attached, the most one uid may", uid, u.n)
+	}
+	u.n++
 	h.wg.Add(1)
-	return true
+	return u, 0, ""
+}
+
+// end counts a session of uid out.
+func (h *Host) end(uid uint32) {
+	h.mu.Lock()
+	if u := h.uids[uid]; u != nil {
+		if u.n--; u.n == 0 {
+			delete(h.uids, uid)
+		}
+	}
+	h.mu.Unlock()
+	h.wg.Done()
 }
 
 // serve runs the session until the client closes its stdin, `sluice mcp`
 // goes away (its connection ends), or the host closes.
-func (h *Host) serve(nc net.Conn, in, out *os.File, s Session) api.MCPAttachState {
+func (h *Host) serve(nc net.Conn, in, out stream, slots chan struct{}, s Session) api.MCPAttachState {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// Once the session ends, whatever waits on its streams ends too: a
+	// read of a client that sends nothing, a write to one that reads
+	// nothing.
+	context.AfterFunc(ctx, func() {
+		_ = in.SetReadDeadline(time.Unix(1, 0))
+		_ = out.SetWriteDeadline(time.Unix(1, 0))
+	})
 	go func() {
 		// `sluice mcp` sends nothing more: a read returns when it exits.
 		var b [1]byte
@@ -156,7 +209,7 @@ func (h *Host) serve(nc net.Conn, in, out *os.File, s Session) api.MCPAttachStat
 	}()
 	id := h.seq.Add(1)
 	log := h.log.With(append([]any{"mcp_session", id}, s.Log...)...)
-	c := client.NewInProcess(h.socket, h.handler(s.Bind))
+	c := client.NewInProcess(h.socket, h.handler(s.Bind, slots))
 	defer c.Close()
 	if s.Token != "" {
 		if err := c.SetToken(s.Token); err != nil {
@@ -167,7 +220,8 @@ func (h *Host) serve(nc net.Conn, in, out *os.File, s Session) api.MCPAttachStat
 	}
 	log.Info("mcp session attached")
 	b := mcp.New(mcp.Options{Socket: h.socket, Client: c, Logger: log, Task: s.Task})
-	hand, err := b.RunStdioSession(ctx, in, out, mcp.StdioOptions{Detach: h.stopping})
+	w := &timedWriter{ctx: ctx, s: out, d: h.writeTimeout, fail: cancel}
+	hand, err := b.RunStdioSession(ctx, in, w, mcp.StdioOptions{Detach: h.stopping, MaxPending: maxPending})
 	// The fast path's reader may still wait on in: closing it ends the read.
 	in.Close()
 	out.Close()
@@ -178,6 +232,8 @@ func (h *Host) serve(nc net.Conn, in, out *os.File, s Session) api.MCPAttachStat
 		if hand.State != nil {
 			st.Handoff.State, _ = json.Marshal(hand.State)
 		}
+	case w.failed() != nil:
+		st = api.MCPAttachState{End: api.MCPEndError, Error: "writing to the client: " + w.failed().Error()}
 	case ctx.Err() != nil:
 		st = api.MCPAttachState{End: api.MCPEndDetached}
 	case err != nil && !errors.Is(err, os.ErrClosed):
@@ -188,17 +244,17 @@ func (h *Host) serve(nc net.Conn, in, out *os.File, s Session) api.MCPAttachStat
 }
 
 // handler serves the session's requests in process, each bound to the
-// session's peer, at most h.maxConns at once, as the socket caps a uid's
-// connections. A panic ends its request, not sluiced, as net/http's
+// session's peer, holding one of its uid's slots (at most h.maxConns at
+// once for the uid's sessions together, as the socket caps a uid's
+// connections). A panic ends its request, not sluiced, as net/http's
 // server would.
-func (h *Host) handler(bind func(context.Context) context.Context) http.Handler {
-	slots := make(chan struct{}, h.maxConns)
+func (h *Host) handler(bind func(context.Context) context.Context, slots chan struct{}) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case slots <- struct{}{}:
 		default:
 			writeError(w, http.StatusServiceUnavailable, api.ErrUnavailable,
-				"too many requests in flight in this MCP session (the per-uid connection cap)")
+				"too many requests in flight in this uid's MCP sessions (the per-uid connection cap)")
 			return
 		}
 		defer func() { <-slots }()
@@ -216,91 +272,6 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
-}
-
-// receive reads the one message that carries stdin and stdout.
-func receive(uc *net.UnixConn, uid uint32) (in, out *os.File, err error) {
-	_ = uc.SetReadDeadline(time.Now().Add(attachTimeout))
-	defer uc.SetReadDeadline(time.Time{})
-	buf := make([]byte, 1)
-	oob := make([]byte, unix.CmsgSpace(3*4))
-	_, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading the descriptors: %w", err)
-	}
-	var fds []int
-	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-		for _, m := range msgs {
-			if r, rerr := unix.ParseUnixRights(&m); rerr == nil {
-				fds = append(fds, r...)
-			}
-		}
-	}
-	closeAll := func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}
-	if flags&unix.MSG_CTRUNC != 0 || len(fds) != 2 {
-		closeAll()
-		return nil, nil, fmt.Errorf("want 2 descriptors (stdin, stdout) in one message, got %d", len(fds))
-	}
-	for i, fd := range fds {
-		if err := usable(fd, i == 0, uid); err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-	}
-	return os.NewFile(uintptr(fds[0]), "mcp-stdin"), os.NewFile(uintptr(fds[1]), "mcp-stdout"), nil
-}
-
-// usable checks that fd is a pipe, or a unix stream socket whose other
-// end is uid's, open for reading (stdin) or writing (stdout), and makes it
-// non-blocking so that os.NewFile puts it in the runtime's poller: a read
-// or write never holds a thread, and closing the file ends one that
-// waits. A socket to anyone else is refused: what sluiced writes on a
-// unix socket carries its own credentials to a receiver that asks for
-// them (SO_PASSCRED), and sluiced speaks for nobody but the peer.
-func usable(fd int, read bool, uid uint32) error {
-	name := "stdout"
-	if read {
-		name = "stdin"
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFIFO:
-	case unix.S_IFSOCK:
-		if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
-			return fmt.Errorf("%s is a socket, but not a unix socket", name)
-		}
-		// A stream: a datagram socket connect()ed to a receiver has no
-		// peer credentials, and the kernel then reports the overflow uid
-		// (65534), which an agent running as nobody would match.
-		if typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
-			return fmt.Errorf("%s is a unix socket, but not a stream socket", name)
-		}
-		cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
-		if err != nil || cred.Pid == 0 || cred.Uid != uid {
-			return fmt.Errorf("%s is a unix socket whose other end is not this user's", name)
-		}
-	default:
-		return fmt.Errorf("%s is not a pipe or a socket", name)
-	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	switch acc := fl & unix.O_ACCMODE; {
-	case read && acc == unix.O_WRONLY, !read && acc == unix.O_RDONLY:
-		return fmt.Errorf("%s is not open for %s", name, map[bool]string{true: "reading", false: "writing"}[read])
-	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
 }
 
 func writeLine(nc net.Conn, v any) {
@@ -327,4 +298,41 @@ func statusText(status int) string {
 		return "Service Unavailable"
 	}
 	return "Error"
+}
+
+// timedWriter is a session's stdout: a write that the client does not
+// take within d fails, and ends the session (fail), as sluiced's server
+// ends a response it cannot write in --write-timeout.
+type timedWriter struct {
+	ctx  context.Context
+	s    stream
+	d    time.Duration
+	fail func()
+
+	mu  sync.Mutex
+	err error
+}
+
+func (t *timedWriter) Write(p []byte) (int, error) {
+	if t.d > 0 {
+		_ = t.s.SetWriteDeadline(time.Now().Add(t.d))
+	}
+	n, err := t.s.Write(p)
+	if err != nil && t.ctx.Err() == nil {
+		// Not a write the session's end cut short: the client's fault.
+		t.mu.Lock()
+		if t.err == nil {
+			t.err = err
+		}
+		t.mu.Unlock()
+		t.fail()
+	}
+	return n, err
+}
+
+// failed is the write error that ended the session, if one did.
+func (t *timedWriter) failed() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
 }

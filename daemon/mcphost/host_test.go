@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 type ctxKey struct{}
@@ -33,8 +34,8 @@ func TestHandlerBindsCapsAndRecovers(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "ok")
 	})
-	h := New(sluiced, "/s", 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	hh := h.handler(func(ctx context.Context) context.Context { return context.WithValue(ctx, ctxKey{}, "peer 65534") })
+	h := New(sluiced, "/s", 1, time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	hh := h.handler(func(ctx context.Context) context.Context { return context.WithValue(ctx, ctxKey{}, "peer 65534") }, make(chan struct{}, 1))
 	serve := func(path string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
 		hh.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))

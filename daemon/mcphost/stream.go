@@ -1,0 +1,205 @@
+//go:build linux
+
+package mcphost
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// stream is one of a session's two descriptors, as the session uses it.
+// Neither kind depends on the flags of the open file the client shares:
+// a pipe is opened anew (an open file of sluiced's own, non-blocking), a
+// socket is read and written with MSG_DONTWAIT. So no client can make a
+// read or a write block one of sluiced's threads, and ending a session
+// (a deadline, a close) always ends what waits on it.
+type stream interface {
+	io.Reader
+	io.Writer
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+	Close() error
+}
+
+// cred is the attaching peer's: what sluiced's writes on a socket say of
+// their sender (SCM_CREDENTIALS), never sluiced itself.
+type cred struct {
+	PID      int32
+	UID, GID uint32
+}
+
+// receive reads the one message that carries stdin and stdout, checks
+// both, and only then makes them the session's streams: a refused pair
+// is closed untouched.
+func receive(uc *net.UnixConn, c cred) (in, out stream, err error) {
+	_ = uc.SetReadDeadline(time.Now().Add(attachTimeout))
+	defer uc.SetReadDeadline(time.Time{})
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	_, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the descriptors: %w", err)
+	}
+	var fds []int
+	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for _, m := range msgs {
+			if r, rerr := unix.ParseUnixRights(&m); rerr == nil {
+				fds = append(fds, r...)
+			}
+		}
+	}
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd) // each is opened anew or dup'd below
+		}
+	}()
+	if flags&unix.MSG_CTRUNC != 0 || len(fds) != 2 {
+		return nil, nil, fmt.Errorf("want 2 descriptors (stdin, stdout) in one message, got %d", len(fds))
+	}
+	var kinds [2]string
+	for i, fd := range fds {
+		if kinds[i], err = check(fd, i == 0); err != nil {
+			return nil, nil, err
+		}
+	}
+	if in, err = open(fds[0], kinds[0], true, c); err != nil {
+		return nil, nil, err
+	}
+	if out, err = open(fds[1], kinds[1], false, c); err != nil {
+		in.Close()
+		return nil, nil, err
+	}
+	return in, out, nil
+}
+
+// check says whether fd may be the session's stdin (read) or stdout: an
+// anonymous pipe, or a unix stream socket with peer credentials, open the
+// right way. It returns "pipe" or "socket". Nothing here can wait on a
+// filesystem: the link's name says what it is before anything else is
+// asked (a named FIFO, on a FUSE mount say, is refused by its name).
+func check(fd int, read bool) (string, error) {
+	name := "stdout"
+	if read {
+		name = "stdin"
+	}
+	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	kind, _, _ := strings.Cut(link, ":[")
+	if kind != "pipe" && kind != "socket" || !strings.HasSuffix(link, "]") {
+		return "", fmt.Errorf("%s is not a pipe or a socket", name)
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	switch acc := fl & unix.O_ACCMODE; {
+	case read && acc == unix.O_WRONLY, !read && acc == unix.O_RDONLY:
+		return "", fmt.Errorf("%s is not open for %s", name, map[bool]string{true: "reading", false: "writing"}[read])
+	}
+	if kind == "pipe" {
+		return kind, nil
+	}
+	if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
+		return "", fmt.Errorf("%s is a socket, but not a unix socket", name)
+	}
+	// A stream with a peer: a datagram socket connect()ed to a receiver
+	// has no peer credentials, and a listening socket carries no stream.
+	if typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
+		return "", fmt.Errorf("%s is a unix socket, but not a stream socket", name)
+	}
+	if pc, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED); err != nil || pc.Pid == 0 {
+		return "", fmt.Errorf("%s is a unix socket with no peer", name)
+	}
+	return kind, nil
+}
+
+// open makes fd (checked, of kind) a stream of sluiced's own.
+func open(fd int, kind string, read bool, c cred) (stream, error) {
+	name, flag := "stdout", unix.O_WRONLY
+	if read {
+		name, flag = "stdin", unix.O_RDONLY
+	}
+	if kind == "pipe" {
+		// A new open file of the same pipe: its flags are sluiced's
+		// alone. (A pipe's write end with no reader left: ENXIO.)
+		nfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), flag|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%s: opening the pipe: %w", name, err)
+		}
+		return os.NewFile(uintptr(nfd), "mcp-"+name), nil
+	}
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	// Non-blocking so that the runtime's poller takes it (the flag is
+	// the shared open file's: `sluice mcp` puts it back when the session
+	// ends; nothing here relies on it staying set).
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(nfd), "mcp-"+name)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &sock{File: f, rc: rc, creds: unix.UnixCredentials(&unix.Ucred{Pid: c.PID, Uid: c.UID, Gid: c.GID})}, nil
+}
+
+// sock is a unix stream socket read and written with MSG_DONTWAIT (a
+// client that clears O_NONBLOCK on the open file it shares blocks no
+// thread of sluiced's), each write carrying the peer's credentials.
+type sock struct {
+	*os.File
+	rc    syscall.RawConn
+	creds []byte
+}
+
+func (s *sock) Read(p []byte) (int, error) {
+	var n int
+	var err error
+	if rerr := s.rc.Read(func(fd uintptr) bool {
+		n, _, err = unix.Recvfrom(int(fd), p, unix.MSG_DONTWAIT)
+		return err != unix.EAGAIN
+	}); rerr != nil {
+		return 0, rerr
+	}
+	if err != nil {
+		return 0, os.NewSyscallError("recvfrom", err)
+	}
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (s *sock) Write(p []byte) (int, error) {
+	total := 0
+	for len(p) > 0 {
+		var n int
+		var err error
+		if werr := s.rc.Write(func(fd uintptr) bool {
+			n, err = unix.SendmsgN(int(fd), p, s.creds, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+			return err != unix.EAGAIN
+		}); werr != nil {
+			return total, werr
+		}
+		if err != nil {
+			return total, os.NewSyscallError("sendmsg", err)
+		}
+		total += n
+		p = p[n:]
+	}
+	return total, nil
+}

@@ -1,0 +1,107 @@
+package mcp
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/client"
+)
+
+// TestMaxPendingAnswersPastTheBound: with MaxPending 2, a third request
+// read while two wait is answered at once with an error, and reading goes
+// on: a notifications/cancelled frees its request's place, and the next
+// request is taken.
+func TestMaxPendingAnswersPastTheBound(t *testing.T) {
+	release := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/tools":
+			_, _ = io.WriteString(w, `{"tools":[{"name":"t","operation":"read","args_schema":{"type":"object"}}]}`+"\n")
+		case "/v1/events":
+			<-r.Context().Done()
+		case "/v1/calls":
+			_, _ = io.WriteString(w, `{"event":"decision","verdict":"allow","call_id":"c"}`+"\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			_, _ = io.WriteString(w, `{"event":"result","verdict":"allow","output":"ok","bytes":2,"call_id":"c"}`+"\n")
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	})
+	b := New(Options{Socket: "/s", Client: client.NewInProcess("/s", h)})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.RunStdioSession(ctx, inR, outW, StdioOptions{MaxPending: 2})
+		done <- err
+	}()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(outR)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	send := func(s string) {
+		if _, err := io.WriteString(inW, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func(want string) string {
+		t.Helper()
+		select {
+		case l := <-lines:
+			if !strings.Contains(l, want) {
+				t.Fatalf("got %s, want a line with %s", l, want)
+			}
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no line with %s", want)
+		}
+		return ""
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	next(`"id":1,"result"`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	next(`"id":2,"result"`)
+	send(`{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"t","arguments":{}}}`)
+	send(`{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"t","arguments":{}}}`)
+	send(`{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"name":"t","arguments":{}}}`)
+	next(`"id":12,"error":{"code":-32603,"message":"sluice: 2 requests of this session are in flight`)
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":10}}`)
+	send(`{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"t","arguments":{}}}`)
+	got := map[string]bool{}
+	got[next(`"id":1`)[:30]] = true // 10, cancelled, answers first
+	close(release)
+	got[next(`"id":1`)[:30]] = true
+	got[next(`"id":1`)[:30]] = true
+	for _, id := range []string{`"id":10,`, `"id":11,`, `"id":13,`} {
+		found := false
+		for k := range got {
+			found = found || strings.Contains(k, id)
+		}
+		if !found {
+			t.Fatalf("no response to %s among %v", id, got)
+		}
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("session: %v", err)
+	}
+	outW.Close()
+	for range lines {
+	}
+}

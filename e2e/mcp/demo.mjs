@@ -12,7 +12,7 @@
 // cancelled command is its descendant, and must be gone). The server must
 // be started with --task mcp-demo, which names this session's calls in
 // the ledger.
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 
@@ -107,6 +107,13 @@ try {
   const sentence = /^.*?\.(?=\s|$)/.exec(first)?.[0] || first;
   console.log(`  instructions: ${sentence}${instr.length > sentence.length ? ` … (${instr.length} chars)` : ""}`);
   check(info.name === "sluice" && /untrusted/.test(instr), "initialize: want server sluice, instructions that say results are untrusted", { info, instr });
+  // Attached (docs/clients.md "Attached sessions"): sluice mcp handed its
+  // stdin and stdout to sluiced, which serves the session as its uid.
+  const fdOf = (pid, fd) => { try { return readlinkSync(`/proc/${pid}/fd/${fd}`); } catch { return ""; } };
+  const stdout = fdOf(transport.pid, 1);
+  const held = stdout !== "" && readdirSync(`/proc/${process.env.SLUICED_PID}/fd`).some((fd) => fdOf(process.env.SLUICED_PID, fd) === stdout);
+  console.log(`  attached: sluice mcp (pid ${transport.pid}) handed its stdin and stdout to sluiced, which serves the session as the agent's uid`);
+  check(held, "attach: want sluiced to hold sluice mcp's stdout (an attached session)", { stdout, stderr });
 
   bold("== tools/list: one MCP tool per tool the agent may call, with annotations");
   const { tools } = await client.listTools();

@@ -64,7 +64,8 @@ func (d *Daemon) handleMCP(w http.ResponseWriter, r *http.Request, peer Peer) {
 	uc, _ := transport.UnixConn(nc)
 	d.mcp.Attach(nc, uc, mcphost.Session{
 		Task: req.Task, Token: token, PID: peer.PID, UID: peer.UID, GID: peer.GID,
-		Bind: func(ctx context.Context) context.Context { return transport.WithPeer(ctx, peer) },
-		Log:  []any{"uid", peer.UID, "pid", peer.PID},
+		Bind:       func(ctx context.Context) context.Context { return transport.WithPeer(ctx, peer) },
+		Log:        []any{"uid", peer.UID, "pid", peer.PID},
+		PassRights: func(on bool) { transport.SetPassRights(nc, on) },
 	})
 }

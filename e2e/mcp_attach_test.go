@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -381,6 +382,22 @@ func TestMCPAttachRefusals(t *testing.T) {
 			}
 		}
 		return status
+	}
+	// A connection takes no descriptors but an attach's (SO_PASSRIGHTS,
+	// Linux 6.16): dropped by a read, they would be closed in sluiced's
+	// reading thread, which a socket's linger or a FUSE flush can hold.
+	if sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0); err == nil {
+		supported := syscall.SetsockoptInt(sp[0], syscall.SOL_SOCKET, 83, 0) == nil
+		syscall.Close(sp[0])
+		syscall.Close(sp[1])
+		if supported {
+			c, _ := dial()
+			if _, _, err := c.WriteMsgUnix([]byte("G"), syscall.UnixRights(int(os.Stdin.Fd())), nil); !errors.Is(err, syscall.EPERM) {
+				t.Fatalf("descriptors sent on a plain connection: %v, want EPERM", err)
+			}
+		} else {
+			t.Log("THIS KERNEL HAS NO SO_PASSRIGHTS (Linux 6.16): a plain connection still takes descriptors; not checked")
+		}
 	}
 	c, br := dial()
 	if s := post(c, br, false); !strings.Contains(s, " 400 ") {

@@ -50,6 +50,13 @@ type lockedWriter struct {
 	pending *pendingSet
 }
 
+// writeUncounted writes p, a refusal of a call never counted in.
+func (l *lockedWriter) writeUncounted(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -63,7 +70,7 @@ type fastStdio struct {
 	b     *Bridge
 	in    io.Reader
 	toSDK *io.PipeWriter
-	out   io.Writer // a lockedWriter
+	out   *lockedWriter
 	ss    *sdk.ServerSession
 
 	mu       sync.Mutex
@@ -75,8 +82,10 @@ type fastStdio struct {
 	// stopped between two messages, rest what it had of the next.
 	detaching, handedOff atomic.Bool
 	rest                 []byte
-	// pending: StdioOptions.MaxPending's count, nil without a bound.
+	// pending: StdioOptions.MaxPending's count, nil without a bound;
+	// maxLine: the longest line a bounded session reads whole.
 	pending *pendingSet
+	maxLine int
 }
 
 // RunStdio serves the MCP session as Run does over stdio, on in and out
@@ -129,6 +138,10 @@ func (b *Bridge) RunStdioSession(ctx context.Context, in io.Reader, out io.Write
 	if opts.MaxPending > 0 {
 		f.pending = newPendingSet(opts.MaxPending)
 		w.pending = f.pending
+		f.maxLine = opts.MaxLine
+		if f.maxLine <= 0 {
+			f.maxLine = 16 << 20 // the SDK's default
+		}
 	}
 	b.Start(ctx)
 	ss, err := b.srv.Connect(ctx, &sdk.IOTransport{Reader: pr, Writer: nopCloser{w}, MaxLineLength: opts.MaxLine},
@@ -205,7 +218,7 @@ func (f *fastStdio) read(ctx context.Context) {
 			// any other, so it is read whole (up to the SDK's own line
 			// limit) before it goes on.
 			long := bytes.Clone(line)
-			for errors.Is(err, bufio.ErrBufferFull) && len(long) <= maxCountedLine {
+			for errors.Is(err, bufio.ErrBufferFull) && len(long) <= f.maxLine {
 				line, err = br.ReadSlice('\n')
 				long = append(long, line...)
 			}
@@ -244,46 +257,19 @@ func (f *fastStdio) read(ctx context.Context) {
 	}
 }
 
-// maxCountedLine bounds a line a bounded session reads whole (the SDK's
-// default MaxLineLength); errTooLong ends a session that sends a longer
-// one.
-const maxCountedLine = 16 << 20
+// errTooLong ends a bounded session that sends a line longer than its
+// MaxLine.
+var errTooLong = errors.New("a message longer than the session's line limit")
 
-var errTooLong = errors.New("a message longer than 16 MiB")
-
-// admit counts line in if it is a request; one past the bound is
-// answered here, at once, with an error (false).
+// admit counts line in if it is a call; a refused one (past the bound,
+// a duplicate id, a batch) is answered here, at once (false).
 func (f *fastStdio) admit(line []byte) bool {
-	id, ok := f.pending.admit(line)
-	if ok {
-		if bytes.Contains(line, []byte(`"notifications/cancelled"`)) {
-			f.forgetCancelled(line)
-		}
+	refusal := f.pending.admit(line)
+	if refusal == nil {
 		return true
 	}
-	msg := make([]byte, 0, 256)
-	msg = append(msg, `{"jsonrpc":"2.0","id":`...)
-	msg = append(msg, id...)
-	msg = append(msg, `,"error":`...)
-	msg = append(msg, marshalNoEscape(&jsonrpc.Error{Code: jsonrpc.CodeInternalError,
-		Message: "sluice: " + strconv.Itoa(f.pending.max) + " requests of this session are in flight, the most sluiced takes at once; retry once some are answered"})...)
-	msg = append(msg, "}\n"...)
-	_, _ = f.out.Write(msg)
+	_, _ = f.out.writeUncounted(refusal)
 	return false
-}
-
-// forgetCancelled counts out the request a notifications/cancelled names:
-// it may get no response.
-func (f *fastStdio) forgetCancelled(line []byte) {
-	var m struct {
-		Method string `json:"method"`
-		Params struct {
-			RequestID json.RawMessage `json:"requestId"`
-		} `json:"params"`
-	}
-	if json.Unmarshal(line, &m) == nil && m.Method == "notifications/cancelled" {
-		f.pending.forget(m.Params.RequestID)
-	}
 }
 
 // serve answers line if it is a fast tools/call (true), and cancels the

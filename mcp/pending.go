@@ -3,15 +3,19 @@ package mcp
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
 // pendingSet bounds a session's requests read and not yet answered
-// (StdioOptions.MaxPending), by id: a request is counted in when read,
-// out when its response is written or the client cancels it (a cancelled
-// request may get no response). Past the bound a request is answered at
-// once with an error, and reading goes on (a notifications/cancelled
-// must still get through).
+// (StdioOptions.MaxPending), by id: a request is counted in when read and
+// out when its response is written (the SDK, and the fast path, answer
+// every call, a cancelled one too). Lines are classified by the SDK's own
+// decoder, so what it serves as a call is what is counted. Past the bound,
+// a request whose id is already pending, and a batch, are answered at
+// once with an error (written uncounted), and reading goes on.
 type pendingSet struct {
 	max int
 	mu  sync.Mutex
@@ -22,55 +26,71 @@ func newPendingSet(max int) *pendingSet {
 	return &pendingSet{max: max, ids: map[string]struct{}{}}
 }
 
-// admit counts in the request line carries, if it is one (a method and
-// an id); false: it is one, and the session has its most pending.
-func (p *pendingSet) admit(line []byte) (id json.RawMessage, ok bool) {
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method *string         `json:"method"`
+// idKey is an id as the SDK holds it (an int64 or a string).
+func idKey(id jsonrpc.ID) string {
+	return fmt.Sprintf("%T:%v", id.Raw(), id.Raw())
+}
+
+// admit counts in the call line is, if it is one. A refusal is the
+// response to write instead of serving the line (nil: go on).
+func (p *pendingSet) admit(line []byte) (refusal []byte) {
+	if t := bytes.TrimLeft(line, " \t\r"); len(t) > 0 && t[0] == '[' {
+		return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"sluice: a batch is not taken here (MCP 2025-06-18 dropped batches): send one message a line"}}` + "\n")
 	}
-	if json.Unmarshal(line, &m) != nil || m.Method == nil {
-		return nil, true // a batch, a notification, not JSON: not counted
+	msg, err := jsonrpc.DecodeMessage(bytes.TrimRight(line, "\r\n"))
+	if err != nil {
+		return nil // the SDK refuses it the same way
 	}
-	_, key, isID := wireID(m.ID)
-	if !isID {
-		return nil, true
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.IsCall() {
+		return nil // a notification, or a response to the server
 	}
+	key := idKey(req.ID)
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.ids) >= p.max {
-		return m.ID, false
+	_, dup := p.ids[key]
+	full := len(p.ids) >= p.max
+	if !dup && !full {
+		p.ids[key] = struct{}{}
 	}
-	p.ids[key] = struct{}{}
-	return m.ID, true
+	p.mu.Unlock()
+	var why string
+	switch {
+	case dup:
+		why = "sluice: a request with this id is still in flight"
+	case full:
+		why = fmt.Sprintf("sluice: %d requests of this session are in flight, the most sluiced takes at once; retry once some are answered", p.max)
+	default:
+		return nil
+	}
+	b, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID, Error: &jsonrpc.Error{Code: -32603, Message: why}})
+	if err != nil {
+		return nil
+	}
+	return append(b, '\n')
 }
 
-// forget counts out the request whose id is raw.
-func (p *pendingSet) forget(raw json.RawMessage) {
-	if _, key, ok := wireID(raw); ok {
-		p.mu.Lock()
-		delete(p.ids, key)
-		p.mu.Unlock()
-	}
-}
-
-// answered counts out the request msg (one outgoing message) answers:
-// responses begin with the jsonrpc version and the id, as the SDK's and
-// the fast path's both write them; a request of the server's has a
-// method after its id.
+// answered counts out the call msg (one outgoing message) answers:
+// responses begin with the jsonrpc version and the id, as the SDK's
+// EncodeMessage and the fast path write them; a request of the server's
+// has a method after its id.
 func (p *pendingSet) answered(msg []byte) {
 	rest, ok := bytes.CutPrefix(msg, []byte(`{"jsonrpc":"2.0","id":`))
 	if !ok {
 		return
 	}
 	dec := json.NewDecoder(bytes.NewReader(rest))
-	var raw json.RawMessage
-	if dec.Decode(&raw) != nil {
+	var v any
+	if dec.Decode(&v) != nil {
 		return
 	}
-	after := rest[dec.InputOffset():]
-	if bytes.HasPrefix(after, []byte(`,"method"`)) {
+	if bytes.HasPrefix(rest[dec.InputOffset():], []byte(`,"method"`)) {
 		return
 	}
-	p.forget(raw)
+	id, err := jsonrpc.MakeID(v)
+	if err != nil || !id.IsValid() {
+		return
+	}
+	p.mu.Lock()
+	delete(p.ids, idKey(id))
+	p.mu.Unlock()
 }

@@ -105,3 +105,39 @@ func TestMaxPendingAnswersPastTheBound(t *testing.T) {
 	for range lines {
 	}
 }
+
+// TestPendingCountsWhatTheSDKServes: lines are classified by the SDK's
+// own decoder, so the forms a first review slipped past the count are
+// counted (case-folded keys, a fractional id the SDK truncates), a
+// duplicate id and a batch are refused, and a response counts its call
+// out by the id the SDK writes.
+func TestPendingCountsWhatTheSDKServes(t *testing.T) {
+	p := newPendingSet(2)
+	if r := p.admit([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n")); r != nil {
+		t.Fatalf("a call: %s", r)
+	}
+	if r := p.admit([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}`)); r == nil || !strings.Contains(string(r), "still in flight") || !strings.Contains(string(r), `"id":1`) {
+		t.Fatalf("the same id again: %s", r)
+	}
+	if r := p.admit([]byte(`{"jsonrpc":"2.0","id":100.5,"method":"ping","ID":null,"Method":null}`)); r != nil {
+		t.Fatalf("a second call: %s", r)
+	}
+	if r := p.admit([]byte(`{"jsonrpc":"2.0","id":"x","method":"ping"}`)); r == nil || !strings.Contains(string(r), "2 requests of this session are in flight") {
+		t.Fatalf("a third call past the bound: %s", r)
+	}
+	if r := p.admit([]byte(`[{"jsonrpc":"2.0","id":7,"method":"ping"}]`)); r == nil || !strings.Contains(string(r), "batch") {
+		t.Fatalf("a batch: %s", r)
+	}
+	if r := p.admit([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); r != nil {
+		t.Fatalf("a notification: %s", r)
+	}
+	p.answered([]byte(`{"jsonrpc":"2.0","id":100,"result":{}}` + "\n")) // the SDK's id for 100.5
+	p.answered([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n")) // a request of the server's: not an answer
+	if len(p.ids) != 1 {
+		t.Fatalf("pending %v, want only id 1", p.ids)
+	}
+	p.answered([]byte(`{"jsonrpc":"2.0","id":1,"error":{"code":0,"message":"x"}}` + "\n"))
+	if len(p.ids) != 0 {
+		t.Fatalf("pending %v, want none", p.ids)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -51,6 +52,15 @@ const (
 	// client that sends and never reads holds no more than this many
 	// calls, goroutines and results in sluiced.
 	maxPending = 64
+	// maxLine bounds one message of an attached session (a bounded
+	// session reads a line whole before the SDK does): 4 MiB, where
+	// `sluice mcp` in its own process takes the SDK's 16.
+	maxLine = 4 << 20
+	// maxClosing bounds the closes of client-passed descriptors still
+	// running: a close can wait on what the client chose (a socket's
+	// linger, a FUSE server's flush), so it runs apart from the
+	// session, and past this many no session attaches.
+	maxClosing = 16
 )
 
 // Host runs the attached sessions of one sluiced.
@@ -70,6 +80,7 @@ type Host struct {
 	wg       sync.WaitGroup
 	live     atomic.Int64
 	seq      atomic.Uint64
+	closing  atomic.Int64 // closes of client-passed descriptors running
 }
 
 // uidSessions is one uid's sessions and the request slots they share: a
@@ -120,6 +131,8 @@ type Session struct {
 	Bind func(context.Context) context.Context
 	// Log names the session's peer in the host's log lines.
 	Log []any
+	// PassRights says whether the attach connection takes descriptors.
+	PassRights func(on bool)
 }
 
 // Attach is the rest of an accepted POST /v1/mcp, on nc (hijacked once
@@ -141,10 +154,14 @@ func (h *Host) Attach(nc net.Conn, uc *net.UnixConn, s Session) {
 		writeHTTPError(nc, 400, api.ErrBadRequest, "an MCP session attaches over the unix socket only")
 		return
 	}
+	// This connection takes descriptors for the one message that
+	// carries them (sluiced's connections take none otherwise).
+	s.PassRights(true)
 	if _, err := nc.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + api.MCPUpgrade + "\r\nConnection: Upgrade\r\n\r\n")); err != nil {
 		return
 	}
-	in, out, err := receive(uc, cred{PID: s.PID, UID: s.UID, GID: s.GID})
+	in, out, err := receive(uc, cred{PID: s.PID, UID: s.UID, GID: s.GID}, h.closeLater)
+	s.PassRights(false)
 	if err != nil {
 		writeLine(nc, api.MCPAttachState{Error: err.Error()})
 		return
@@ -163,6 +180,9 @@ func (h *Host) begin(uid uint32) (*uidSessions, int, string) {
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, http.StatusServiceUnavailable, "sluiced is stopping"
+	}
+	if h.closing.Load() >= maxClosing {
+		return nil, http.StatusServiceUnavailable, "sluiced is still closing descriptors earlier attaches passed; retry later"
 	}
 	u := h.uids[uid]
 	if u == nil {
@@ -213,18 +233,19 @@ func (h *Host) serve(nc net.Conn, in, out stream, slots chan struct{}, s Session
 	defer c.Close()
 	if s.Token != "" {
 		if err := c.SetToken(s.Token); err != nil {
-			in.Close()
-			out.Close()
+			h.closeLater(in, out)
 			return api.MCPAttachState{End: api.MCPEndError, Error: err.Error()}
 		}
 	}
 	log.Info("mcp session attached")
 	b := mcp.New(mcp.Options{Socket: h.socket, Client: c, Logger: log, Task: s.Task})
 	w := &timedWriter{ctx: ctx, s: out, d: h.writeTimeout, fail: cancel}
-	hand, err := b.RunStdioSession(ctx, in, w, mcp.StdioOptions{Detach: h.stopping, MaxPending: maxPending})
-	// The fast path's reader may still wait on in: closing it ends the read.
-	in.Close()
-	out.Close()
+	defer h.closeLater(in, out)
+	hand, err := b.RunStdioSession(ctx, in, w, mcp.StdioOptions{Detach: h.stopping, MaxPending: maxPending, MaxLine: maxLine})
+	detached := ctx.Err() != nil
+	// What still waits on in or out ends now (the deferred closes run
+	// apart: see closeLater).
+	cancel()
 	st := api.MCPAttachState{End: api.MCPEndEOF}
 	switch {
 	case hand != nil:
@@ -234,7 +255,7 @@ func (h *Host) serve(nc net.Conn, in, out stream, slots chan struct{}, s Session
 		}
 	case w.failed() != nil:
 		st = api.MCPAttachState{End: api.MCPEndError, Error: "writing to the client: " + w.failed().Error()}
-	case ctx.Err() != nil:
+	case detached:
 		st = api.MCPAttachState{End: api.MCPEndDetached}
 	case err != nil && !errors.Is(err, os.ErrClosed):
 		st = api.MCPAttachState{End: api.MCPEndError, Error: err.Error()}
@@ -294,6 +315,8 @@ func statusText(status int) string {
 	switch status {
 	case 400:
 		return "Bad Request"
+	case 429:
+		return "Too Many Requests"
 	case 503:
 		return "Service Unavailable"
 	}
@@ -314,6 +337,15 @@ type timedWriter struct {
 }
 
 func (t *timedWriter) Write(p []byte) (int, error) {
+	// Once the session ended (or a write failed), nothing more is
+	// written: a write must not set a fresh deadline over the past one
+	// the end set, and wait on a client that reads nothing.
+	if t.ctx.Err() != nil {
+		return 0, os.ErrDeadlineExceeded
+	}
+	if err := t.failed(); err != nil {
+		return 0, err
+	}
 	if t.d > 0 {
 		_ = t.s.SetWriteDeadline(time.Now().Add(t.d))
 	}
@@ -335,4 +367,20 @@ func (t *timedWriter) failed() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.err
+}
+
+// closeLater closes what a client passed apart from the session, counted
+// (maxClosing): a close can wait on what the client chose, a socket's
+// linger or a FUSE server's flush, and must hold neither the session's
+// end nor sluiced's stop.
+func (h *Host) closeLater(cs ...io.Closer) {
+	h.closing.Add(1)
+	go func() {
+		defer h.closing.Add(-1)
+		for _, c := range cs {
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}()
 }

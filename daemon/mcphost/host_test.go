@@ -56,3 +56,27 @@ func TestHandlerBindsCapsAndRecovers(t *testing.T) {
 		t.Fatalf("after a panic, the slot is free again: %d %s", w.Code, w.Body)
 	}
 }
+
+type nopStream struct{ writes int }
+
+func (s *nopStream) Read(p []byte) (int, error)       { return 0, io.EOF }
+func (s *nopStream) Write(p []byte) (int, error)      { s.writes++; return len(p), nil }
+func (s *nopStream) SetReadDeadline(time.Time) error  { return nil }
+func (s *nopStream) SetWriteDeadline(time.Time) error { return nil }
+func (s *nopStream) Close() error                     { return nil }
+
+// TestTimedWriterStopsAtTheEnd: once the session ended, a write returns at
+// once and reaches nothing (a fresh deadline would override the past one
+// the end set, and each write would wait on a client that reads nothing).
+func TestTimedWriterStopsAtTheEnd(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &nopStream{}
+	w := &timedWriter{ctx: ctx, s: s, d: time.Minute, fail: cancel}
+	if _, err := w.Write([]byte("a\n")); err != nil || s.writes != 1 {
+		t.Fatalf("a write while the session lasts: %v, %d", err, s.writes)
+	}
+	cancel()
+	if _, err := w.Write([]byte("b\n")); err == nil || s.writes != 1 {
+		t.Fatalf("a write after the end: %v, reached the stream %d times", err, s.writes)
+	}
+}

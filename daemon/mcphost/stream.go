@@ -38,7 +38,7 @@ type cred struct {
 // receive reads the one message that carries stdin and stdout, checks
 // both, and only then makes them the session's streams: a refused pair
 // is closed untouched.
-func receive(uc *net.UnixConn, c cred) (in, out stream, err error) {
+func receive(uc *net.UnixConn, c cred, closeLater func(...io.Closer)) (in, out stream, err error) {
 	_ = uc.SetReadDeadline(time.Now().Add(attachTimeout))
 	defer uc.SetReadDeadline(time.Time{})
 	buf := make([]byte, 1)
@@ -56,9 +56,15 @@ func receive(uc *net.UnixConn, c cred) (in, out stream, err error) {
 		}
 	}
 	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd) // each is opened anew or dup'd below
+		// Each is opened anew or dup'd below. A close can wait on what
+		// the client chose (a socket's linger: turned off first; a FUSE
+		// file's flush), so it runs apart.
+		cs := make([]io.Closer, len(fds))
+		for i, fd := range fds {
+			_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
+			cs[i] = fdCloser(fd)
 		}
+		closeLater(cs...)
 	}()
 	if flags&unix.MSG_CTRUNC != 0 || len(fds) != 2 {
 		return nil, nil, fmt.Errorf("want 2 descriptors (stdin, stdout) in one message, got %d", len(fds))
@@ -68,12 +74,17 @@ func receive(uc *net.UnixConn, c cred) (in, out stream, err error) {
 		if kinds[i], err = check(fd, i == 0); err != nil {
 			return nil, nil, err
 		}
+		if kinds[i] == "socket" && c.PID == 0 {
+			// SCM_CREDENTIALS needs the peer's pid in sluiced's pid
+			// namespace, and sluiced writes on a socket as nobody else.
+			return nil, nil, fmt.Errorf("%s is a socket, and the peer's pid is not known in sluiced's pid namespace", map[bool]string{true: "stdin", false: "stdout"}[i == 0])
+		}
 	}
 	if in, err = open(fds[0], kinds[0], true, c); err != nil {
 		return nil, nil, err
 	}
 	if out, err = open(fds[1], kinds[1], false, c); err != nil {
-		in.Close()
+		closeLater(in)
 		return nil, nil, err
 	}
 	return in, out, nil
@@ -141,6 +152,12 @@ func open(fd int, kind string, read bool, c cred) (stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	// No descriptors may come in on it: those dropped by a read would be
+	// closed in sluiced's reading thread, and a close can wait on what
+	// the client chose (SO_PASSRIGHTS, Linux 6.16; an older kernel
+	// refuses the option, and a session's reads then run the risk).
+	_ = unix.SetsockoptInt(nfd, unix.SOL_SOCKET, soPassRights, 0)
+	_ = unix.SetsockoptLinger(nfd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
 	// Non-blocking so that the runtime's poller takes it (the flag is
 	// the shared open file's: `sluice mcp` puts it back when the session
 	// ends; nothing here relies on it staying set).
@@ -203,3 +220,12 @@ func (s *sock) Write(p []byte) (int, error) {
 	}
 	return total, nil
 }
+
+// soPassRights is SO_PASSRIGHTS (Linux 6.16; golang.org/x/sys does not
+// name it yet): 0 refuses SCM_RIGHTS on a socket, at the sender.
+const soPassRights = 83
+
+// fdCloser closes a raw descriptor.
+type fdCloser int
+
+func (fd fdCloser) Close() error { return unix.Close(int(fd)) }

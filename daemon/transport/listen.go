@@ -73,6 +73,33 @@ func WithPeer(ctx context.Context, p Peer) context.Context {
 	return context.WithValue(ctx, peerKey{}, p)
 }
 
+// soPassRights is SO_PASSRIGHTS (Linux 6.16; golang.org/x/sys does not
+// name it yet).
+const soPassRights = 83
+
+// SetPassRights says whether c (a unix socket) takes descriptors
+// (SCM_RIGHTS). Accepted connections take none: descriptors a client
+// sends beside an HTTP request are dropped by the read, which closes them
+// in sluiced's reading thread, and a close can wait on what the client
+// chose (a socket's linger, a FUSE server's flush). Only an MCP attach
+// takes them, for the one message that carries them. An older kernel
+// refuses the option; its connections keep taking descriptors.
+func SetPassRights(c net.Conn, on bool) {
+	uc, ok := UnixConn(c)
+	if !ok {
+		return
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	_ = raw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, soPassRights, v) })
+}
+
 // UnixConn returns the socket under an accepted connection, for the
 // SCM_RIGHTS message of an MCP attach.
 func UnixConn(c net.Conn) (*net.UnixConn, bool) {
@@ -218,6 +245,15 @@ type admitListener struct {
 // Listener is ln admitting its connections under t's caps (see
 // admitListener).
 func (t *Conns) Listener(ln net.Listener) net.Listener {
+	// Set on the listening socket, the option is the new connections'
+	// from their connect on, before anything can be sent on them.
+	if ul, ok := ln.(interface {
+		SyscallConn() (syscall.RawConn, error)
+	}); ok {
+		if raw, err := ul.SyscallConn(); err == nil {
+			_ = raw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, soPassRights, 0) })
+		}
+	}
 	return &admitListener{Listener: ln, t: t}
 }
 
@@ -228,6 +264,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		p, ok := peerCred(c)
+		SetPassRights(c, false)
 		if tc := l.t.admit(c, p, ok); tc != nil {
 			return tc, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -78,12 +79,36 @@ func (p *pendingSet) answered(msg []byte) {
 	if !ok {
 		return
 	}
-	dec := json.NewDecoder(bytes.NewReader(rest))
+	// The id's JSON value, as encoding/json would give it (a string or a
+	// float64), found without a decoder: this runs for every response.
 	var v any
-	if dec.Decode(&v) != nil {
-		return
+	var end int
+	if len(rest) > 0 && rest[0] == '"' {
+		end = 1
+		for end < len(rest) && rest[end] != '"' {
+			if rest[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		end++
+		var str string
+		if end > len(rest) || json.Unmarshal(rest[:end], &str) != nil {
+			return
+		}
+		v = str
+	} else {
+		end = bytes.IndexAny(rest, ",}")
+		if end < 0 {
+			return
+		}
+		f, err := strconv.ParseFloat(string(bytes.TrimSpace(rest[:end])), 64)
+		if err != nil {
+			return
+		}
+		v = f
 	}
-	if bytes.HasPrefix(rest[dec.InputOffset():], []byte(`,"method"`)) {
+	if bytes.HasPrefix(rest[end:], []byte(`,"method"`)) {
 		return
 	}
 	id, err := jsonrpc.MakeID(v)

@@ -140,4 +140,11 @@ func TestPendingCountsWhatTheSDKServes(t *testing.T) {
 	if len(p.ids) != 0 {
 		t.Fatalf("pending %v, want none", p.ids)
 	}
+	if r := p.admit([]byte(`{"jsonrpc":"2.0","id":"a\"b,}","method":"ping"}`)); r != nil {
+		t.Fatalf("a string id: %s", r)
+	}
+	p.answered([]byte(`{"jsonrpc":"2.0","id":"a\"b,}","result":{}}` + "\n"))
+	if len(p.ids) != 0 {
+		t.Fatalf("pending %v after the string id's answer, want none", p.ids)
+	}
 }

@@ -131,7 +131,7 @@ func TestPendingCountsWhatTheSDKServes(t *testing.T) {
 	if r := p.admit([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); r != nil {
 		t.Fatalf("a notification: %s", r)
 	}
-	p.answered([]byte(`{"jsonrpc":"2.0","id":100,"result":{}}` + "\n")) // the SDK's id for 100.5
+	p.answered([]byte(`{"jsonrpc":"2.0","id":100,"result":{}}` + "\n"))   // the SDK's id for 100.5
 	p.answered([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n")) // a request of the server's: not an answer
 	if len(p.ids) != 1 {
 		t.Fatalf("pending %v, want only id 1", p.ids)

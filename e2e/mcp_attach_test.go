@@ -472,6 +472,62 @@ func TestMCPAttachRefusals(t *testing.T) {
 			t.Fatalf("%s: the connection stays open after the refusal: %v", tc.name, err)
 		}
 	}
+	// Descriptors queued on a socket stdin before it was handed over
+	// are taken by sluiced's read, closed apart, and end the session.
+	sp, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(sp[0])
+	defer syscall.Close(sp[1])
+	if err := syscall.Sendmsg(sp[0], []byte("x"), syscall.UnixRights(int(pr.Fd())), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	{
+		c, br := dial()
+		if s := post(c, br, true); !strings.Contains(s, " 101 ") {
+			t.Fatalf("rights on stdin: %q", s)
+		}
+		if _, _, err := c.WriteMsgUnix([]byte{0}, syscall.UnixRights(sp[1], int(pw.Fd())), nil); err != nil {
+			t.Fatal(err)
+		}
+		var st api.MCPAttachState
+		for _, want := range []string{"attached", "end"} {
+			line, err := br.ReadBytes('\n')
+			if err != nil || json.Unmarshal(line, &st) != nil {
+				t.Fatalf("rights on stdin, %s: %q %v", want, line, err)
+			}
+		}
+		if st.End != api.MCPEndError || !strings.Contains(st.Error, "descriptors sent on the session's stdin") {
+			t.Fatalf("rights on stdin: the session ended %+v", st)
+		}
+	}
+	// A second message with descriptors after the one an attach takes:
+	// refused, if it got in before the connection stopped taking them.
+	{
+		c, br := dial()
+		if s := post(c, br, true); !strings.Contains(s, " 101 ") {
+			t.Fatalf("two messages: %q", s)
+		}
+		if _, _, err := c.WriteMsgUnix([]byte{0}, syscall.UnixRights(int(pr.Fd()), int(pw.Fd())), nil); err != nil {
+			t.Fatal(err)
+		}
+		_, _, second := c.WriteMsgUnix([]byte{0}, syscall.UnixRights(int(pw.Fd())), nil)
+		line, err := br.ReadBytes('\n')
+		var st api.MCPAttachState
+		if err != nil || json.Unmarshal(line, &st) != nil {
+			t.Fatalf("two messages: %q %v", line, err)
+		}
+		switch {
+		case second == nil && (st.Attached || !strings.Contains(st.Error, "more than one message")):
+			t.Fatalf("a second message with descriptors got in, and the attach says %+v", st)
+		case errors.Is(second, syscall.EPERM) && !st.Attached:
+			t.Fatalf("the second message was refused by the kernel, and the attach says %+v", st)
+		case second != nil && !errors.Is(second, syscall.EPERM):
+			t.Fatalf("the second message: %v", second)
+		}
+		c.Close()
+	}
 	// None of them is still held: the pipe's only writer is ours.
 	pw.Close()
 	_ = pr.SetReadDeadline(time.Now().Add(30 * time.Second))

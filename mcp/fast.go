@@ -205,14 +205,6 @@ func (f *fastStdio) read(ctx context.Context) {
 	br := bufio.NewReaderSize(f.in, fastMaxLine)
 	for {
 		line, err := br.ReadSlice('\n')
-		if err != nil && f.detaching.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
-			// Detached between two messages: what was read of the next
-			// goes to the next host, and the SDK's input ends here.
-			f.rest = bytes.Clone(line)
-			f.handedOff.Store(true)
-			f.toSDK.Close()
-			return
-		}
 		if errors.Is(err, bufio.ErrBufferFull) && f.pending != nil {
 			// Bounded: the request a long line is must be counted like
 			// any other, so it is read whole (up to the SDK's own line
@@ -226,6 +218,19 @@ func (f *fastStdio) read(ctx context.Context) {
 			if errors.Is(err, bufio.ErrBufferFull) {
 				err = errTooLong
 			}
+		}
+		if err != nil && f.detaching.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			// Detached between two messages: what was read of the next
+			// goes to the next host. The calls the SDK has end as
+			// sluiced's calls do when it stops before its input ends
+			// (at its input's end the SDK cancels what it runs).
+			f.rest = bytes.Clone(line)
+			f.handedOff.Store(true)
+			if f.pending != nil {
+				f.pending.waitEmpty(ctx)
+			}
+			f.toSDK.Close()
+			return
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A long line, streamed to the SDK: a detach in its middle

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -18,13 +19,31 @@ import (
 // a request whose id is already pending, and a batch, are answered at
 // once with an error (written uncounted), and reading goes on.
 type pendingSet struct {
-	max int
-	mu  sync.Mutex
-	ids map[string]struct{}
+	max   int
+	mu    sync.Mutex
+	ids   map[string]struct{}
+	empty *sync.Cond // signalled as ids shrink
 }
 
 func newPendingSet(max int) *pendingSet {
-	return &pendingSet{max: max, ids: map[string]struct{}{}}
+	p := &pendingSet{max: max, ids: map[string]struct{}{}}
+	p.empty = sync.NewCond(&p.mu)
+	return p
+}
+
+// waitEmpty waits until every counted call is answered, or ctx ends.
+func (p *pendingSet) waitEmpty(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.empty.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.ids) > 0 && ctx.Err() == nil {
+		p.empty.Wait()
+	}
 }
 
 // idKey is an id as the SDK holds it (an int64 or a string).
@@ -35,8 +54,18 @@ func idKey(id jsonrpc.ID) string {
 // admit counts in the call line is, if it is one. A refusal is the
 // response to write instead of serving the line (nil: go on).
 func (p *pendingSet) admit(line []byte) (refusal []byte) {
-	if t := bytes.TrimLeft(line, " \t\r"); len(t) > 0 && t[0] == '[' {
+	t := bytes.TrimSpace(line)
+	if len(t) == 0 {
+		return nil
+	}
+	if t[0] == '[' {
 		return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"sluice: a batch is not taken here (MCP 2025-06-18 dropped batches): send one message a line"}}` + "\n")
+	}
+	if t[0] != '{' || !json.Valid(t) {
+		// The SDK frames with a JSON decoder, not by lines: a message
+		// spread over lines, or two on one, would reach it uncounted.
+		// MCP's stdio transport has one message a line.
+		return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"sluice: not one JSON-RPC message on its own line (MCP stdio has one message a line, without newlines inside)"}}` + "\n")
 	}
 	msg, err := jsonrpc.DecodeMessage(bytes.TrimRight(line, "\r\n"))
 	if err != nil {
@@ -117,5 +146,8 @@ func (p *pendingSet) answered(msg []byte) {
 	}
 	p.mu.Lock()
 	delete(p.ids, idKey(id))
+	if len(p.ids) == 0 {
+		p.empty.Broadcast()
+	}
 	p.mu.Unlock()
 }

@@ -128,6 +128,11 @@ func TestPendingCountsWhatTheSDKServes(t *testing.T) {
 	if r := p.admit([]byte(`[{"jsonrpc":"2.0","id":7,"method":"ping"}]`)); r == nil || !strings.Contains(string(r), "batch") {
 		t.Fatalf("a batch: %s", r)
 	}
+	for _, spread := range []string{`{"jsonrpc":"2.0",`, `{"jsonrpc":"2.0","id":8,"method":"ping"}` + "\r" + `{"jsonrpc":"2.0","id":9,"method":"ping"}`, `"id":5}`} {
+		if r := p.admit([]byte(spread + "\n")); r == nil || !strings.Contains(string(r), "-32700") {
+			t.Fatalf("%q, not one message on its line: %s", spread, r)
+		}
+	}
 	if r := p.admit([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)); r != nil {
 		t.Fatalf("a notification: %s", r)
 	}

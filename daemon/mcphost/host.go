@@ -80,7 +80,7 @@ type Host struct {
 	wg       sync.WaitGroup
 	live     atomic.Int64
 	seq      atomic.Uint64
-	closing  atomic.Int64 // closes of client-passed descriptors running
+	closing  map[uint32]int // under mu: closes of a uid's passed descriptors running
 }
 
 // uidSessions is one uid's sessions and the request slots they share: a
@@ -97,7 +97,7 @@ type uidSessions struct {
 // writeTimeout ends the session; socket is named in their errors.
 func New(h http.Handler, socket string, maxConns int, writeTimeout time.Duration, log *slog.Logger) *Host {
 	return &Host{socket: socket, maxConns: max(maxConns, 1), writeTimeout: writeTimeout, log: log, h: h,
-		uids: map[uint32]*uidSessions{}, stopping: make(chan struct{})}
+		uids: map[uint32]*uidSessions{}, closing: map[uint32]int{}, stopping: make(chan struct{})}
 }
 
 // Sessions is the number of attached sessions.
@@ -160,8 +160,15 @@ func (h *Host) Attach(nc net.Conn, uc *net.UnixConn, s Session) {
 	if _, err := nc.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + api.MCPUpgrade + "\r\nConnection: Upgrade\r\n\r\n")); err != nil {
 		return
 	}
-	in, out, err := receive(uc, cred{PID: s.PID, UID: s.UID, GID: s.GID}, h.closeLater)
+	closeLater := h.closeLater(s.UID)
+	in, out, err := receive(uc, cred{PID: s.PID, UID: s.UID, GID: s.GID}, closeLater)
 	s.PassRights(false)
+	// More than the one message (descriptors queued while this
+	// connection took them): taken now, closed apart, and refused.
+	if Drain(uc, closeLater) && err == nil {
+		closeLater(in, out)
+		err = fmt.Errorf("more than one message after the upgrade")
+	}
 	if err != nil {
 		writeLine(nc, api.MCPAttachState{Error: err.Error()})
 		return
@@ -169,7 +176,7 @@ func (h *Host) Attach(nc net.Conn, uc *net.UnixConn, s Session) {
 	h.live.Add(1)
 	defer h.live.Add(-1)
 	writeLine(nc, api.MCPAttachState{Attached: true})
-	end := h.serve(nc, in, out, u.slots, s)
+	end := h.serve(nc, uc, in, out, u.slots, closeLater, s)
 	writeLine(nc, end)
 }
 
@@ -181,8 +188,8 @@ func (h *Host) begin(uid uint32) (*uidSessions, int, string) {
 	if h.closed {
 		return nil, http.StatusServiceUnavailable, "sluiced is stopping"
 	}
-	if h.closing.Load() >= maxClosing {
-		return nil, http.StatusServiceUnavailable, "sluiced is still closing descriptors earlier attaches passed; retry later"
+	if h.closing[uid] >= maxClosing {
+		return nil, http.StatusServiceUnavailable, fmt.Sprintf("sluiced is still closing descriptors uid %d's earlier attaches passed; retry later", uid)
 	}
 	u := h.uids[uid]
 	if u == nil {
@@ -211,20 +218,32 @@ func (h *Host) end(uid uint32) {
 
 // serve runs the session until the client closes its stdin, `sluice mcp`
 // goes away (its connection ends), or the host closes.
-func (h *Host) serve(nc net.Conn, in, out stream, slots chan struct{}, s Session) api.MCPAttachState {
+func (h *Host) serve(nc net.Conn, uc *net.UnixConn, in, out stream, slots chan struct{}, closeLater func(...io.Closer), s Session) api.MCPAttachState {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Once the session ends, whatever waits on its streams ends too: a
 	// read of a client that sends nothing, a write to one that reads
 	// nothing.
+	w := &timedWriter{ctx: ctx, s: out, d: h.writeTimeout, fail: cancel}
 	context.AfterFunc(ctx, func() {
 		_ = in.SetReadDeadline(time.Unix(1, 0))
-		_ = out.SetWriteDeadline(time.Unix(1, 0))
+		w.end()
 	})
 	go func() {
 		// `sluice mcp` sends nothing more: a read returns when it exits.
-		var b [1]byte
-		_, _ = nc.Read(b[:])
+		// With room for descriptors, so that none is dropped (and closed)
+		// in this thread; the connection takes none by now.
+		b := make([]byte, 1)
+		oob := make([]byte, 64)
+		for {
+			n, oobn, _, _, err := uc.ReadMsgUnix(b, oob)
+			if oobn > 0 {
+				closeLater(rightsIn(oob[:oobn])...)
+			}
+			if err != nil || n == 0 && oobn == 0 {
+				break
+			}
+		}
 		cancel()
 	}()
 	id := h.seq.Add(1)
@@ -233,14 +252,13 @@ func (h *Host) serve(nc net.Conn, in, out stream, slots chan struct{}, s Session
 	defer c.Close()
 	if s.Token != "" {
 		if err := c.SetToken(s.Token); err != nil {
-			h.closeLater(in, out)
+			closeLater(in, out)
 			return api.MCPAttachState{End: api.MCPEndError, Error: err.Error()}
 		}
 	}
 	log.Info("mcp session attached")
 	b := mcp.New(mcp.Options{Socket: h.socket, Client: c, Logger: log, Task: s.Task})
-	w := &timedWriter{ctx: ctx, s: out, d: h.writeTimeout, fail: cancel}
-	defer h.closeLater(in, out)
+	defer closeLater(in, out)
 	hand, err := b.RunStdioSession(ctx, in, w, mcp.StdioOptions{Detach: h.stopping, MaxPending: maxPending, MaxLine: maxLine})
 	detached := ctx.Err() != nil
 	// What still waits on in or out ends now (the deferred closes run
@@ -282,6 +300,8 @@ func (h *Host) handler(bind func(context.Context) context.Context, slots chan st
 		defer func() {
 			if p := recover(); p != nil && p != http.ErrAbortHandler {
 				h.log.Error("panic serving an MCP session's request", "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				// A failure, not an empty 200 (if nothing was written yet).
+				writeError(w, http.StatusInternalServerError, api.ErrInternal, "sluiced failed serving this request")
 			}
 		}()
 		h.h.ServeHTTP(w, r.WithContext(bind(r.Context())))
@@ -332,23 +352,38 @@ type timedWriter struct {
 	d    time.Duration
 	fail func()
 
-	mu  sync.Mutex
-	err error
+	mu    sync.Mutex
+	err   error
+	ended bool // the session ended: nothing more is written
+}
+
+// end stops every write, the one under way too (a past deadline), and
+// any to come.
+func (t *timedWriter) end() {
+	t.mu.Lock()
+	t.ended = true
+	_ = t.s.SetWriteDeadline(time.Unix(1, 0))
+	t.mu.Unlock()
 }
 
 func (t *timedWriter) Write(p []byte) (int, error) {
 	// Once the session ended (or a write failed), nothing more is
 	// written: a write must not set a fresh deadline over the past one
 	// the end set, and wait on a client that reads nothing.
-	if t.ctx.Err() != nil {
+	t.mu.Lock()
+	if t.ended || t.ctx.Err() != nil {
+		t.mu.Unlock()
 		return 0, os.ErrDeadlineExceeded
 	}
-	if err := t.failed(); err != nil {
+	if err := t.err; err != nil {
+		t.mu.Unlock()
 		return 0, err
 	}
 	if t.d > 0 {
+		// Under t.mu: end's past deadline is never replaced by this.
 		_ = t.s.SetWriteDeadline(time.Now().Add(t.d))
 	}
+	t.mu.Unlock()
 	n, err := t.s.Write(p)
 	if err != nil && t.ctx.Err() == nil {
 		// Not a write the session's end cut short: the client's fault.
@@ -369,18 +404,31 @@ func (t *timedWriter) failed() error {
 	return t.err
 }
 
-// closeLater closes what a client passed apart from the session, counted
-// (maxClosing): a close can wait on what the client chose, a socket's
-// linger or a FUSE server's flush, and must hold neither the session's
-// end nor sluiced's stop.
-func (h *Host) closeLater(cs ...io.Closer) {
-	h.closing.Add(1)
-	go func() {
-		defer h.closing.Add(-1)
-		for _, c := range cs {
-			if c != nil {
-				_ = c.Close()
-			}
+// closeLater returns what closes what uid's client passed apart from the
+// session, counted per uid (maxClosing): a close can wait on what the
+// client chose, a socket's linger or a FUSE server's flush, and must hold
+// neither the session's end nor sluiced's stop, nor other uids' attaches.
+func (h *Host) closeLater(uid uint32) func(...io.Closer) {
+	return func(cs ...io.Closer) {
+		if len(cs) == 0 {
+			return
 		}
-	}()
+		h.mu.Lock()
+		h.closing[uid]++
+		h.mu.Unlock()
+		go func() {
+			defer func() {
+				h.mu.Lock()
+				if h.closing[uid]--; h.closing[uid] <= 0 {
+					delete(h.closing, uid)
+				}
+				h.mu.Unlock()
+			}()
+			for _, c := range cs {
+				if c != nil {
+					_ = c.Close()
+				}
+			}
+		}()
+	}
 }

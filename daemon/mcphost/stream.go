@@ -3,6 +3,7 @@
 package mcphost
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -42,7 +43,10 @@ func receive(uc *net.UnixConn, c cred, closeLater func(...io.Closer)) (in, out s
 	_ = uc.SetReadDeadline(time.Now().Add(attachTimeout))
 	defer uc.SetReadDeadline(time.Time{})
 	buf := make([]byte, 1)
-	oob := make([]byte, unix.CmsgSpace(3*4))
+	// Room for the most descriptors one message can carry
+	// (SCM_MAX_FD): the kernel closes what does not fit inside recvmsg,
+	// in this thread, and a close can wait on what the client chose.
+	oob := make([]byte, unix.CmsgSpace(253*4))
 	_, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the descriptors: %w", err)
@@ -80,10 +84,10 @@ func receive(uc *net.UnixConn, c cred, closeLater func(...io.Closer)) (in, out s
 			return nil, nil, fmt.Errorf("%s is a socket, and the peer's pid is not known in sluiced's pid namespace", map[bool]string{true: "stdin", false: "stdout"}[i == 0])
 		}
 	}
-	if in, err = open(fds[0], kinds[0], true, c); err != nil {
+	if in, err = open(fds[0], kinds[0], true, c, closeLater); err != nil {
 		return nil, nil, err
 	}
-	if out, err = open(fds[1], kinds[1], false, c); err != nil {
+	if out, err = open(fds[1], kinds[1], false, c, closeLater); err != nil {
 		closeLater(in)
 		return nil, nil, err
 	}
@@ -134,7 +138,7 @@ func check(fd int, read bool) (string, error) {
 }
 
 // open makes fd (checked, of kind) a stream of sluiced's own.
-func open(fd int, kind string, read bool, c cred) (stream, error) {
+func open(fd int, kind string, read bool, c cred, closeLater func(...io.Closer)) (stream, error) {
 	name, flag := "stdout", unix.O_WRONLY
 	if read {
 		name, flag = "stdin", unix.O_RDONLY
@@ -171,7 +175,7 @@ func open(fd int, kind string, read bool, c cred) (stream, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &sock{File: f, rc: rc, creds: unix.UnixCredentials(&unix.Ucred{Pid: c.PID, Uid: c.UID, Gid: c.GID})}, nil
+	return &sock{File: f, rc: rc, creds: unix.UnixCredentials(&unix.Ucred{Pid: c.PID, Uid: c.UID, Gid: c.GID}), closeLater: closeLater}, nil
 }
 
 // sock is a unix stream socket read and written with MSG_DONTWAIT (a
@@ -179,21 +183,38 @@ func open(fd int, kind string, read bool, c cred) (stream, error) {
 // thread of sluiced's), each write carrying the peer's credentials.
 type sock struct {
 	*os.File
-	rc    syscall.RawConn
-	creds []byte
+	rc         syscall.RawConn
+	creds      []byte
+	closeLater func(...io.Closer)
+	oob        []byte
 }
 
+// errRights ends a session whose stdin socket carried descriptors.
+var errRights = errors.New("descriptors sent on the session's stdin")
+
 func (s *sock) Read(p []byte) (int, error) {
-	var n int
+	var n, oobn int
 	var err error
+	if s.oob == nil {
+		s.oob = make([]byte, unix.CmsgSpace(253*4))
+	}
 	if rerr := s.rc.Read(func(fd uintptr) bool {
-		n, _, err = unix.Recvfrom(int(fd), p, unix.MSG_DONTWAIT)
+		// With room for descriptors: any queued before SO_PASSRIGHTS
+		// was set are taken here and closed apart, not dropped by the
+		// kernel in this thread.
+		n, oobn, _, _, err = unix.Recvmsg(int(fd), p, s.oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
 		return err != unix.EAGAIN
 	}); rerr != nil {
 		return 0, rerr
 	}
 	if err != nil {
-		return 0, os.NewSyscallError("recvfrom", err)
+		return 0, os.NewSyscallError("recvmsg", err)
+	}
+	if oobn > 0 {
+		if fds := rightsIn(s.oob[:oobn]); len(fds) > 0 {
+			s.closeLater(fds...)
+			return 0, errRights
+		}
 	}
 	if n == 0 && len(p) > 0 {
 		return 0, io.EOF
@@ -229,3 +250,47 @@ const soPassRights = 83
 type fdCloser int
 
 func (fd fdCloser) Close() error { return unix.Close(int(fd)) }
+
+// rightsIn is every descriptor an SCM_RIGHTS message in oob carries.
+func rightsIn(oob []byte) []io.Closer {
+	var cs []io.Closer
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	for _, m := range msgs {
+		if fds, err := unix.ParseUnixRights(&m); err == nil {
+			for _, fd := range fds {
+				_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
+				cs = append(cs, fdCloser(fd))
+			}
+		}
+	}
+	return cs
+}
+
+// Drain takes, without waiting, whatever is queued on uc (a client may
+// queue more than the one message an attach takes), closing every
+// descriptor it carries apart; it reports whether anything was.
+func Drain(uc *net.UnixConn, closeLater func(...io.Closer)) bool {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	got := false
+	buf := make([]byte, 512)
+	oob := make([]byte, unix.CmsgSpace(253*4))
+	_ = raw.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, _, _, err := unix.Recvmsg(int(fd), buf, oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+			if err != nil || n == 0 && oobn == 0 {
+				return true
+			}
+			got = true
+			if cs := rightsIn(oob[:oobn]); len(cs) > 0 {
+				closeLater(cs...)
+			}
+		}
+	})
+	return got
+}

@@ -191,6 +191,12 @@ func ListenUnix(path string) (net.Listener, error) {
 	}
 	ul := l.(*net.UnixListener)
 	ul.SetUnlinkOnClose(false)
+	// Before the socket is in place: no connection takes descriptors
+	// from its connect on (Conns.Listener sets it again, for a socket
+	// systemd made).
+	if raw, err := ul.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, soPassRights, 0) })
+	}
 	if err := os.Chmod(tmpSock, 0o660); err != nil {
 		l.Close()
 		return nil, err

@@ -54,7 +54,7 @@ step() {
   out=$(agent call "$tool" --args "$args" "$@" 2>"$tmp/err")
   code=$?
   set -e
-  if [ -n "$out" ]; then printf '%s\n' "$out" | head -n 8 | sed 's/^/  | /'; fi
+  if [ -n "$out" ]; then printf '%s\n' "$out" | sed -n '1,8p' | sed 's/^/  | /'; fi
   local n; n=$(printf '%s\n' "$out" | wc -l)
   if [ -n "$out" ] && [ "$n" -gt 8 ]; then echo "  | … ($n lines)"; fi
   { grep -v '^sluice: ' "$tmp/err" || true; } | sed '/^$/d' | tail -n 6 | sed 's/^/  ! /'
@@ -129,7 +129,7 @@ agent call tidy_workspace --args '{"argv":["python3","tools/fmt.py","--drop-logs
   >"$tmp/tidy.out" 2>"$tmp/tidy.err" &
 tidy=$!
 for _ in $(seq 400); do ops approvals 2>/dev/null | grep -q tidy_workspace && break; sleep 0.05; done
-tid=$(ops approvals | sed -n 's/^\(a-[0-9A-Z]*\) .*tidy_workspace.*/\1/p' | head -n 1)
+tid=$(ops approvals | sed -n 's/^\(a-[0-9A-Z]*\) .*tidy_workspace.*/\1/p' | sed -n 1p)
 echo "\$ sluice approvals                        # the operator sees every change, each deletion named"
 ops approvals | sed 's/^/  | /'
 echo "\$ sluice deny $tid --note 'keep the logs'"

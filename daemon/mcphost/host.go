@@ -326,21 +326,9 @@ func writeHTTPError(nc net.Conn, status int, code, msg string) {
 	b, _ := json.Marshal(api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
 	w := bufio.NewWriter(nc)
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
-		status, statusText(status), len(b)+1, b)
+		status, http.StatusText(status), len(b)+1, b)
 	_ = nc.SetWriteDeadline(time.Now().Add(attachTimeout))
 	_ = w.Flush()
-}
-
-func statusText(status int) string {
-	switch status {
-	case 400:
-		return "Bad Request"
-	case 429:
-		return "Too Many Requests"
-	case 503:
-		return "Service Unavailable"
-	}
-	return "Error"
 }
 
 // timedWriter is a session's stdout: a write that the client does not

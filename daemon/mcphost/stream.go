@@ -51,25 +51,11 @@ func receive(uc *net.UnixConn, c cred, closeLater func(...io.Closer)) (in, out s
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the descriptors: %w", err)
 	}
-	var fds []int
-	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-		for _, m := range msgs {
-			if r, rerr := unix.ParseUnixRights(&m); rerr == nil {
-				fds = append(fds, r...)
-			}
-		}
-	}
-	defer func() {
-		// Each is opened anew or dup'd below. A close can wait on what
-		// the client chose (a socket's linger: turned off first; a FUSE
-		// file's flush), so it runs apart.
-		cs := make([]io.Closer, len(fds))
-		for i, fd := range fds {
-			_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
-			cs[i] = fdCloser(fd)
-		}
-		closeLater(cs...)
-	}()
+	fds := fdsIn(oob[:oobn])
+	// Each is opened anew or dup'd below. A close can wait on what the
+	// client chose (a socket's linger: turned off first; a FUSE file's
+	// flush), so it runs apart.
+	defer func() { closeLater(closers(fds)...) }()
 	if flags&unix.MSG_CTRUNC != 0 || len(fds) != 2 {
 		return nil, nil, fmt.Errorf("want 2 descriptors (stdin, stdout) in one message, got %d", len(fds))
 	}
@@ -251,23 +237,33 @@ type fdCloser int
 
 func (fd fdCloser) Close() error { return unix.Close(int(fd)) }
 
-// rightsIn is every descriptor an SCM_RIGHTS message in oob carries.
-func rightsIn(oob []byte) []io.Closer {
-	var cs []io.Closer
+// fdsIn is every descriptor the SCM_RIGHTS messages in oob carry.
+func fdsIn(oob []byte) []int {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return nil
 	}
+	var fds []int
 	for _, m := range msgs {
-		if fds, err := unix.ParseUnixRights(&m); err == nil {
-			for _, fd := range fds {
-				_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
-				cs = append(cs, fdCloser(fd))
-			}
+		if r, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, r...)
 		}
+	}
+	return fds
+}
+
+// closers makes fds closable apart, a socket's linger turned off first.
+func closers(fds []int) []io.Closer {
+	cs := make([]io.Closer, len(fds))
+	for i, fd := range fds {
+		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
+		cs[i] = fdCloser(fd)
 	}
 	return cs
 }
+
+// rightsIn is every descriptor oob carries, to be closed apart.
+func rightsIn(oob []byte) []io.Closer { return closers(fdsIn(oob)) }
 
 // Drain takes, without waiting, whatever is queued on uc (a client may
 // queue more than the one message an attach takes), closing every

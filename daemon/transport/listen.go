@@ -85,11 +85,17 @@ const soPassRights = 83
 // takes them, for the one message that carries them. An older kernel
 // refuses the option; its connections keep taking descriptors.
 func SetPassRights(c net.Conn, on bool) {
-	uc, ok := UnixConn(c)
-	if !ok {
-		return
+	if uc, ok := UnixConn(c); ok {
+		setPassRights(uc, on)
 	}
-	raw, err := uc.SyscallConn()
+}
+
+// setPassRights sets SO_PASSRIGHTS on s, a socket or a listening one
+// (whose connections have it from their connect on).
+func setPassRights(s interface {
+	SyscallConn() (syscall.RawConn, error)
+}, on bool) {
+	raw, err := s.SyscallConn()
 	if err != nil {
 		return
 	}
@@ -194,9 +200,7 @@ func ListenUnix(path string) (net.Listener, error) {
 	// Before the socket is in place: no connection takes descriptors
 	// from its connect on (Conns.Listener sets it again, for a socket
 	// systemd made).
-	if raw, err := ul.SyscallConn(); err == nil {
-		_ = raw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, soPassRights, 0) })
-	}
+	setPassRights(ul, false)
 	if err := os.Chmod(tmpSock, 0o660); err != nil {
 		l.Close()
 		return nil, err
@@ -256,9 +260,7 @@ func (t *Conns) Listener(ln net.Listener) net.Listener {
 	if ul, ok := ln.(interface {
 		SyscallConn() (syscall.RawConn, error)
 	}); ok {
-		if raw, err := ul.SyscallConn(); err == nil {
-			_ = raw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, soPassRights, 0) })
-		}
+		setPassRights(ul, false)
 	}
 	return &admitListener{Listener: ln, t: t}
 }
@@ -270,7 +272,6 @@ func (l *admitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		p, ok := peerCred(c)
-		SetPassRights(c, false)
 		if tc := l.t.admit(c, p, ok); tc != nil {
 			return tc, nil
 		}
